@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# Build Trainyard's local platform tools from pinned Go wrapper modules.
+#
+#   tools/build.sh [all|etcd|kube-apiserver|pulumi|pulumi-kubernetes]...
+#   tools/build.sh --check     exit 0 iff every binary is present and current
+#   tools/build.sh --list      print the tools and binaries
+#
+# Binaries go to ${TRAINYARD_TOOLS_DIR:-$HOME/.cache/trainyard/tools}/bin, outside
+# the repository. Each tool has a stamp (hash of its go.mod, go.sum, main
+# sources, build flags and Go version); a tool whose stamp matches and whose
+# binaries exist is skipped. Go's module and build caches stay in their default
+# places, so a rebuild after a small change is fast. See docs/tools.md.
+set -euo pipefail
+
+TOOLS_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+TOOLS_DIR="${TRAINYARD_TOOLS_DIR:-$HOME/.cache/trainyard/tools}"
+BIN_DIR="$TOOLS_DIR/bin"
+STAMP_DIR="$TOOLS_DIR/stamps"
+WORK_DIR="$TOOLS_DIR/work"
+GO="${GO:-}"
+if [[ -z "$GO" ]]; then
+  if command -v go >/dev/null 2>&1; then GO="$(command -v go)"
+  elif [[ -x /usr/local/go/bin/go ]]; then GO=/usr/local/go/bin/go
+  else echo "build.sh: no go toolchain found (set GO=/path/to/go)" >&2; exit 2
+  fi
+fi
+# Never switch toolchains behind our back; the build uses the committed go.sum.
+export GOTOOLCHAIN=local
+export CGO_ENABLED="${CGO_ENABLED:-0}"
+
+ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes)
+
+# ---------------------------------------------------------------- versions
+# Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
+K8S_VERSION=v1.36.3
+PULUMI_VERSION=v3.274.1
+PULUMI_K8S_VERSION=4.34.2   # release that the provider/v4 pseudo-version is
+
+# ------------------------------------------------------ per-tool definition
+# tool_bins TOOL  -> lines "binary-name go-package"
+tool_bins() {
+  case "$1" in
+    etcd) echo "etcd go.etcd.io/etcd/server/v3" ;;
+    kube-apiserver)
+      echo "kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver"
+      echo "kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager"
+      echo "kubectl k8s.io/kubernetes/cmd/kubectl"
+      ;;
+    pulumi)
+      echo "pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi"
+      echo "pulumi-language-python github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3"
+      ;;
+    pulumi-kubernetes) echo "pulumi-resource-kubernetes ./cmd/pulumi-resource-kubernetes" ;;
+    *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]})" >&2; return 2 ;;
+  esac
+}
+
+# Extra files (besides binaries) a tool puts in BIN_DIR.
+tool_extra_files() {
+  case "$1" in
+    pulumi) echo "pulumi-language-python-exec" ;;
+  esac
+}
+
+tool_ldflags() {
+  local x=""
+  case "$1" in
+    kube-apiserver)
+      local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
+      for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        x+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+        x+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+      done
+      ;;
+    pulumi) x=" -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" ;;
+    pulumi-kubernetes)
+      x=" -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$PULUMI_K8S_VERSION" ;;
+  esac
+  echo "-s -w$x"
+}
+
+tool_buildflags() { echo "-trimpath -mod=readonly"; }
+
+# ------------------------------------------------------------------ helpers
+log() { printf '%s\n' "$*" >&2; }
+
+# Module directory holding go.mod for a tool.
+tool_mod_dir() { echo "$TOOLS_SRC/$1"; }
+
+# Stamp: go.mod, go.sum, every committed non-generated source in the wrapper,
+# the build flags and the Go version.
+tool_stamp() {
+  local t="$1" dir; dir="$(tool_mod_dir "$t")"
+  {
+    echo "tool=$t"
+    echo "go=$("$GO" env GOVERSION) $("$GO" env GOOS)/$("$GO" env GOARCH) cgo=$CGO_ENABLED"
+    echo "ldflags=$(tool_ldflags "$t")"
+    echo "flags=$(tool_buildflags "$t")"
+    tool_bins "$t"
+    (cd "$dir" && find . -type f \( -name go.mod -o -name go.sum -o -name '*.go' -o -name '*.sh' \) \
+        -not -path './generated/*' -not -path '*/generated/*' | LC_ALL=C sort | xargs sha256sum)
+  } | sha256sum | cut -d' ' -f1
+}
+
+tool_current() {
+  local t="$1" want have b
+  want="$(tool_stamp "$t")"
+  have="$(cat "$STAMP_DIR/$t" 2>/dev/null || true)"
+  [[ "$want" == "$have" ]] || return 1
+  while read -r b _; do [[ -x "$BIN_DIR/$b" ]] || return 1; done < <(tool_bins "$t")
+  for b in $(tool_extra_files "$t"); do [[ -x "$BIN_DIR/$b" ]] || return 1; done
+  return 0
+}
+
+# ------------------------------------------------------------ prepare hooks
+# Print the directory to run `go build` in (the wrapper module itself, or a
+# copy outside the repo with generated files added).
+prepare() {
+  local t="$1" dir; dir="$(tool_mod_dir "$t")"
+  case "$t" in
+    pulumi-kubernetes) prepare_pulumi_kubernetes "$dir" ;;
+    *) echo "$dir" ;;
+  esac
+}
+
+# The upstream provider main go:embeds schema.json and the Python/.NET
+# metadata generated by `make`, which are not in the module zip. Our main
+# embeds the same files; they are generated here, outside the repo, from the
+# provider module in the module cache (see docs/tools.md).
+prepare_pulumi_kubernetes() {
+  local src="$1" dst="$WORK_DIR/pulumi-kubernetes" moddir
+  rm -rf "$dst"; mkdir -p "$dst"
+  (cd "$src" && tar --exclude=./generated -cf - .) | (cd "$dst" && tar -xf -)
+  moddir="$(cd "$src" && "$GO" list -mod=readonly -m -f '{{.Dir}}' github.com/pulumi/pulumi-kubernetes/provider/v4)"
+  if [[ -z "$moddir" || ! -d "$moddir" ]]; then
+    (cd "$src" && "$GO" mod download -json github.com/pulumi/pulumi-kubernetes/provider/v4 >/dev/null)
+    moddir="$(cd "$src" && "$GO" list -mod=readonly -m -f '{{.Dir}}' github.com/pulumi/pulumi-kubernetes/provider/v4)"
+  fi
+  (cd "$dst" && "$GO" run -mod=readonly ./cmd/gen-embed -provider "$moddir" \
+      -out ./cmd/pulumi-resource-kubernetes >&2)
+  echo "$dst"
+}
+
+# ----------------------------------------------------------- post hooks
+post_build() {
+  local t="$1" dir="$2"
+  case "$t" in
+    pulumi)
+      # The Python language host runs this script; it must sit next to it.
+      local sdk
+      sdk="$(cd "$dir" && "$GO" list -mod=readonly -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)"
+      install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" "$BIN_DIR/pulumi-language-python-exec"
+      ;;
+  esac
+}
+
+build_tool() {
+  local t="$1" start end dir b pkg ldflags
+  if tool_current "$t"; then
+    log "==> $t: up to date ($(tool_bins "$t" | cut -d' ' -f1 | tr '\n' ' ')in $BIN_DIR), skipped"
+    return 0
+  fi
+  start=$(date +%s)
+  log "==> $t: building"
+  mkdir -p "$BIN_DIR" "$STAMP_DIR" "$WORK_DIR"
+  rm -f "$STAMP_DIR/$t"
+  local stamp; stamp="$(tool_stamp "$t")"
+  dir="$(prepare "$t")"
+  ldflags="$(tool_ldflags "$t")"
+  while read -r b pkg; do
+    local s1=$SECONDS
+    log "    go build $b ($pkg)"
+    # shellcheck disable=SC2046
+    (cd "$dir" && "$GO" build $(tool_buildflags "$t") -ldflags "$ldflags" -o "$BIN_DIR/$b.tmp" "$pkg")
+    mv -f "$BIN_DIR/$b.tmp" "$BIN_DIR/$b"
+    log "    $b: $((SECONDS - s1))s, $(du -h "$BIN_DIR/$b" | cut -f1)"
+  done < <(tool_bins "$t")
+  post_build "$t" "$dir"
+  echo "$stamp" > "$STAMP_DIR/$t"
+  end=$(date +%s)
+  log "==> $t: built in $((end - start))s"
+}
+
+# --------------------------------------------------------------------- main
+main() {
+  local tools=() check=0 a
+  for a in "$@"; do
+    case "$a" in
+      --check) check=1 ;;
+      --list) for t in "${ALL_TOOLS[@]}"; do echo "$t: $(tool_bins "$t" | cut -d' ' -f1 | tr '\n' ' ')"; done; return 0 ;;
+      -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; return 0 ;;
+      all) tools+=("${ALL_TOOLS[@]}") ;;
+      *) tool_bins "$a" >/dev/null; tools+=("$a") ;;
+    esac
+  done
+  [[ ${#tools[@]} -gt 0 ]] || tools=("${ALL_TOOLS[@]}")
+  if [[ $check == 1 ]]; then
+    local bad=0
+    for t in "${tools[@]}"; do
+      if tool_current "$t"; then log "ok: $t"; else log "stale or missing: $t"; bad=1; fi
+    done
+    return $bad
+  fi
+  local total=$SECONDS
+  for t in "${tools[@]}"; do build_tool "$t"; done
+  log "==> done in $((SECONDS - total))s; add to PATH: $BIN_DIR"
+}
+
+main "$@"
