@@ -34,7 +34,7 @@ ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes)
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
 K8S_VERSION=v1.36.3
 PULUMI_VERSION=v3.274.1
-PULUMI_K8S_VERSION=4.34.2   # release that the provider/v4 pseudo-version is
+PULUMI_K8S_VERSION=4.25.0   # release the provider/v4 pseudo-version went into (docs/tools.md)
 
 # ------------------------------------------------------ per-tool definition
 # tool_bins TOOL  -> lines "binary-name go-package"
@@ -48,7 +48,7 @@ tool_bins() {
       ;;
     pulumi)
       echo "pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi"
-      echo "pulumi-language-python github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3"
+      echo "pulumi-language-python ./cmd/pulumi-language-python"
       ;;
     pulumi-kubernetes) echo "pulumi-resource-kubernetes ./cmd/pulumi-resource-kubernetes" ;;
     *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]})" >&2; return 2 ;;
@@ -98,7 +98,7 @@ tool_stamp() {
     echo "flags=$(tool_buildflags "$t")"
     tool_bins "$t"
     (cd "$dir" && find . -type f \( -name go.mod -o -name go.sum -o -name '*.go' -o -name '*.sh' \) \
-        -not -path './generated/*' -not -path '*/generated/*' | LC_ALL=C sort | xargs sha256sum)
+        | LC_ALL=C sort | xargs sha256sum)
   } | sha256sum | cut -d' ' -f1
 }
 
@@ -130,14 +130,14 @@ prepare() {
 prepare_pulumi_kubernetes() {
   local src="$1" dst="$WORK_DIR/pulumi-kubernetes" moddir
   rm -rf "$dst"; mkdir -p "$dst"
-  (cd "$src" && tar --exclude=./generated -cf - .) | (cd "$dst" && tar -xf -)
+  (cd "$src" && tar --exclude='*-embed.json' -cf - .) | (cd "$dst" && tar -xf -)
   moddir="$(cd "$src" && "$GO" list -mod=readonly -m -f '{{.Dir}}' github.com/pulumi/pulumi-kubernetes/provider/v4)"
   if [[ -z "$moddir" || ! -d "$moddir" ]]; then
     (cd "$src" && "$GO" mod download -json github.com/pulumi/pulumi-kubernetes/provider/v4 >/dev/null)
     moddir="$(cd "$src" && "$GO" list -mod=readonly -m -f '{{.Dir}}' github.com/pulumi/pulumi-kubernetes/provider/v4)"
   fi
   (cd "$dst" && "$GO" run -mod=readonly ./cmd/gen-embed -provider "$moddir" \
-      -out ./cmd/pulumi-resource-kubernetes >&2)
+      -version "$PULUMI_K8S_VERSION" -out ./cmd/pulumi-resource-kubernetes >&2)
   echo "$dst"
 }
 

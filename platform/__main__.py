@@ -1,0 +1,36 @@
+"""Pulumi entry point: load this stack's typed config and declare the platform.
+
+All logic lives in the ``trainyard`` package; this file only connects Pulumi's config
+to it and turns a bad stack into a clean error (no traceback, nothing applied).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pulumi
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from trainyard.components import Platform  # noqa: E402
+from trainyard.config import ConfigError, validate_platform  # noqa: E402
+from trainyard.manifests import RenderError  # noqa: E402
+
+ROOT = HERE.parent
+stack = pulumi.get_stack()
+stack_file = ROOT / "stacks" / f"Pulumi.{stack}.yaml"
+
+try:
+    config = validate_platform(pulumi.Config("trainyard").require_object("platform"), str(stack_file.relative_to(ROOT)))
+    platform = Platform("trainyard", config, root=ROOT, stack_dir=stack_file.parent)
+except ConfigError as exc:
+    raise pulumi.RunError(f"invalid stack configuration:\n{exc}") from None
+except RenderError as exc:
+    raise pulumi.RunError(f"cannot render the platform: {exc}") from None
+
+pulumi.export("environment", config.environment)
+pulumi.export("tenants", [t.name for t in config.tenants])
+pulumi.export("flavors", {p.name: p.gpus for p in config.gpu_pools})

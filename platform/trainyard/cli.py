@@ -1,0 +1,142 @@
+"""The ``trainyard`` command: validate, render and report on stacks without an engine or cluster.
+
+Exit codes: 0 success; 1 a check found mandatory violations; 2 bad input (stack file,
+runtime file, CRD source, arguments). A user mistake never ends in a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from trainyard import __version__
+from trainyard.config import ConfigError
+from trainyard.manifests import RenderError
+from trainyard.project import Stack, open_stack
+from trainyard.review import capacity
+from trainyard.review.render import OutputDirError, to_yaml, write_rendered
+
+EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input that is not a stack file problem (e.g. an output directory)."""
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    stack = open_stack(args.stack)
+    stack.render()  # runtime files and CRD sources are part of a valid stack
+    config = stack.config
+    print(f"{stack.path}: valid ({config.environment}: {len(config.gpu_pools)} GPU pools, "
+          f"{len(config.tenants)} tenants, {len(config.runtimes.approved)} approved runtimes)")
+    return EXIT_OK
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    stack = open_stack(args.stack)
+    rendered = stack.render()
+    out = Path(args.out) if args.out else stack.root / "out" / stack.name
+    try:
+        written = write_rendered(rendered, out)
+    except OutputDirError as exc:
+        raise UsageError(str(exc)) from None
+    counts: dict[str, int] = {}
+    for obj in rendered.all_objects:
+        counts[obj["kind"]] = counts.get(obj["kind"], 0) + 1
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    print(f"wrote {len(written)} files to {out} ({summary}; {len(rendered.releases)} charts)")
+    return EXIT_OK
+
+
+def _cmd_capacity(args: argparse.Namespace) -> int:
+    stack = open_stack(args.stack)
+    print(capacity.format_capacity(stack.config), end="")
+    return EXIT_OK
+
+
+def _cmd_fake_nodes(args: argparse.Namespace) -> int:
+    from trainyard.manifests.rehearsal import fake_nodes
+
+    stack = open_stack(args.stack)
+    nodes = fake_nodes(stack.config)
+    print("".join("---\n" + to_yaml(node) for node in nodes), end="")
+    return EXIT_OK
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    import json
+
+    from trainyard.config.model import PlatformConfig
+
+    print(json.dumps(PlatformConfig.model_json_schema(), indent=2, sort_keys=True))
+    return EXIT_OK
+
+
+COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], int]]] = {
+    "validate": ("load and validate a stack; prints file, field path and reason on bad input", _cmd_validate),
+    "render": ("write every manifest and chart release as YAML, one file per object", _cmd_render),
+    "capacity": ("per GPU flavor: physical GPUs, nominal quotas, borrowing and lending", _cmd_capacity),
+    "fake-nodes": ("rehearsal: Node objects with fake GPU capacity for the stack's fake pools", _cmd_fake_nodes),
+    "schema": ("print the JSON schema of the stack config (stacks/schema.json)", _cmd_schema),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trainyard", description="Trainyard: declare and review an LLM training platform.")
+    parser.add_argument("--version", action="version", version=f"trainyard {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (help_text, _) in COMMANDS.items():
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        if name != "schema":
+            cmd.add_argument("stack", metavar="STACK", help="stack name (prod = stacks/Pulumi.prod.yaml) or path")
+        if name == "render":
+            cmd.add_argument("--out", metavar="DIR", help="output directory (default: out/<stack>)")
+    for register in EXTRA_COMMANDS:
+        register(sub)
+    return parser
+
+
+# Other modules (policy, review.diff) add their subcommands here: fn(subparsers) -> None,
+# each setting `func` on its parser via set_defaults.
+EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []  # type: ignore[type-arg]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    _load_extensions()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = getattr(args, "func", None) or COMMANDS[args.command][1]
+    try:
+        return handler(args)
+    except ConfigError as exc:
+        print(f"error: invalid stack {exc.file}", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem.render(exc.file)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (RenderError, UsageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+def _load_extensions() -> None:
+    """Import the modules that register extra subcommands (kept optional so each can land alone)."""
+    import importlib
+
+    for module in ("trainyard.policy.cli", "trainyard.review.cli"):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+
+
+def open_stack_for(args: argparse.Namespace) -> Stack:
+    return open_stack(args.stack)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,452 @@
+"""The typed stack configuration: one frozen model per environment.
+
+A stack file (``stacks/Pulumi.<env>.yaml``) carries the whole platform under the Pulumi
+config key ``trainyard:platform``. Everything downstream (manifest builders, Pulumi
+components, policy, review) reads only this model, never the raw YAML.
+
+Unknown fields are forbidden everywhere so that a typo is an error, not a silently
+ignored setting. Cross-field rules (a tenant's cohort exists, quotas fit the GPUs that
+exist, topology labels are carried by the pools) live in ``PlatformConfig``'s validators,
+so an invalid stack never reaches the builders.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from fractions import Fraction
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from trainyard import catalog
+from trainyard.quantity import parse_quantity
+
+# Ref: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#dns-label-names
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# A qualified label key: optional DNS-1123 subdomain prefix, then a name segment.
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(h|m|s|ms))+$")
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def _dns_label(value: str) -> str:
+    if len(value) > 63 or not _DNS1123_LABEL.match(value):
+        raise ValueError(
+            f"{value!r} is not a valid DNS-1123 label (lower-case letters, digits and '-', "
+            "starting and ending with a letter or digit, at most 63 characters)"
+        )
+    return value
+
+
+def _label_key(value: str) -> str:
+    name = value.rsplit("/", 1)[-1]
+    if len(name) > 63 or len(value) > 317 or not _LABEL_KEY.match(value):
+        raise ValueError(f"{value!r} is not a valid label key (optional DNS prefix '/', then a name of at most 63)")
+    return value
+
+
+def _label_value(value: str) -> str:
+    if len(value) > 63 or not _LABEL_VALUE.match(value):
+        raise ValueError(f"{value!r} is not a valid label value")
+    return value
+
+
+def _quantity(value: int | str) -> int | str:
+    parse_quantity(value)
+    return value
+
+
+def _duration(value: str) -> str:
+    if not _DURATION.match(value):
+        raise ValueError(f"{value!r} is not a duration (examples: 10m, 1h30m, 90s)")
+    return value
+
+
+Name = Annotated[str, AfterValidator(_dns_label)]
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+LabelValue = Annotated[str, AfterValidator(_label_value)]
+Quantity = Annotated[int | str, AfterValidator(_quantity)]
+Duration = Annotated[str, AfterValidator(_duration)]
+Labels = dict[LabelKey, LabelValue]
+
+
+class Model(BaseModel):
+    """Base of every config model: frozen, unknown fields rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClusterAccess(Model):
+    """How Pulumi reaches the cluster. An explicit provider is always used; there is no default provider."""
+
+    name: Name = Field(description="Cluster identifier; appears in labels and review output.")
+    context: str = Field(description="kubeconfig context the Kubernetes provider uses.")
+    kubeconfig: str | None = Field(
+        default=None,
+        description="Path to a kubeconfig file; unset means the provider's usual lookup (KUBECONFIG, ~/.kube/config).",
+    )
+
+
+class Versions(Model):
+    """Upstream component versions. Defaults come from ``trainyard.catalog``."""
+
+    kueue: str = catalog.DEFAULT_VERSIONS["kueue"]
+    jobset: str = catalog.DEFAULT_VERSIONS["jobset"]
+    trainer: str = catalog.DEFAULT_VERSIONS["trainer"]
+
+    @model_validator(mode="after")
+    def _known(self) -> Versions:
+        for component in ("kueue", "jobset", "trainer"):
+            version = getattr(self, component)
+            if (component, version) not in catalog.RELEASES:
+                known = ", ".join(catalog.known_versions(component))
+                raise ValueError(f"{component} {version} is not in the catalog (known: {known})")
+        return self
+
+
+class CrdSource(Model):
+    """Where CRDs come from: the pinned upstream release, or a mirror directory for air-gapped sites.
+
+    Either way every file is verified against the git blob SHA pinned in the catalog.
+    """
+
+    source: Literal["release", "mirror"] = "release"
+    mirror_dir: str | None = Field(
+        default=None,
+        description="Directory laid out as <component>/v<version>/<file>.yaml; relative to the stack file. "
+        "With source=release, the environment variable TRAINYARD_CRDS_DIR may name such a mirror too.",
+    )
+
+    @model_validator(mode="after")
+    def _mirror_needs_dir(self) -> CrdSource:
+        if self.source == "mirror" and not self.mirror_dir:
+            raise ValueError("source 'mirror' needs mirror_dir")
+        return self
+
+
+class Taint(Model):
+    key: LabelKey
+    value: LabelValue | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class GpuPool(Model):
+    """A set of identical GPU nodes. Each pool becomes one Kueue ResourceFlavor."""
+
+    name: Name = Field(description="Pool name; also the ResourceFlavor name.")
+    gpu_product: str = Field(description="GPU product, as the GPU feature discovery label reports it.")
+    gpus_per_node: int = Field(gt=0)
+    nodes: int = Field(gt=0)
+    cpu_per_node: Quantity = Field(description="Allocatable CPU per node.")
+    memory_per_node: Quantity = Field(description="Allocatable memory per node.")
+    node_labels: Labels = Field(description="Labels that select exactly this pool's nodes.")
+    taints: tuple[Taint, ...] = ()
+    topology_labels: tuple[LabelKey, ...] = Field(
+        default=(),
+        description=f"Topology label keys the pool's nodes carry (e.g. block, rack); {HOSTNAME_LABEL} is implied.",
+    )
+    fake: bool = Field(default=False, description="Rehearsal only: nodes are fake Node objects with GPU capacity.")
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    @model_validator(mode="after")
+    def _selects_nodes(self) -> GpuPool:
+        if not self.node_labels:
+            raise ValueError("node_labels must select the pool's nodes (at least one label)")
+        return self
+
+
+class TopologyLevel(Model):
+    name: Name
+    node_label: LabelKey
+
+
+class Topology(Model):
+    """Topology-aware scheduling (TAS): the hierarchy of node labels, widest level first.
+
+    Ref: https://kueue.sigs.k8s.io/docs/concepts/topology_aware_scheduling/
+    """
+
+    name: Name = "default"
+    levels: tuple[TopologyLevel, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _levels(self) -> Topology:
+        labels = [level.node_label for level in self.levels]
+        dupes = sorted(label for label, count in Counter(labels).items() if count > 1)
+        if dupes:
+            raise ValueError(f"levels repeat node labels: {', '.join(dupes)}")
+        # Mirrors the Topology CRD rule: hostname may only be the lowest level.
+        if HOSTNAME_LABEL in labels[:-1]:
+            raise ValueError(f"{HOSTNAME_LABEL} can only be the last (lowest) level")
+        return self
+
+
+class Requeuing(Model):
+    """Ref: Kueue config v1beta2 RequeuingStrategy (apis/config/v1beta2/configuration_types.go)."""
+
+    timestamp: Literal["Eviction", "Creation"] = "Eviction"
+    backoff_limit_count: int | None = Field(default=5, ge=0)
+    backoff_base_seconds: int = Field(default=60, gt=0)
+    backoff_max_seconds: int = Field(default=3600, gt=0)
+
+
+class WaitForPodsReady(Model):
+    """All-or-nothing admission: an admitted workload whose pods are not all ready in time is evicted."""
+
+    timeout: Duration = "10m"
+    recovery_timeout: Duration | None = None
+    block_admission: bool = False
+    requeuing: Requeuing = Requeuing()
+
+
+class FairSharing(Model):
+    enabled: bool = True
+    preemption_strategies: tuple[Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"], ...] = (
+        "LessThanOrEqualToFinalShare",
+        "LessThanInitialShare",
+    )
+
+
+class BorrowWithinCohort(Model):
+    policy: Literal["Never", "LowerPriority"] = "LowerPriority"
+    max_priority_threshold: int | None = None
+
+
+class Preemption(Model):
+    """ClusterQueue preemption. Ref: ClusterQueue v1beta2 spec.preemption."""
+
+    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "LowerPriority"
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = "Any"
+    borrow_within_cohort: BorrowWithinCohort = BorrowWithinCohort()
+
+    @model_validator(mode="after")
+    def _crd_rule(self) -> Preemption:
+        # Mirrors the ClusterQueue CRD rule on spec.preemption.
+        if self.reclaim_within_cohort == "Never" and self.borrow_within_cohort.policy != "Never":
+            raise ValueError("reclaim_within_cohort 'Never' requires borrow_within_cohort.policy 'Never'")
+        return self
+
+
+class KueueSettings(Model):
+    wait_for_pods_ready: WaitForPodsReady = WaitForPodsReady()
+    fair_sharing: FairSharing = FairSharing()
+    preemption: Preemption = Preemption()
+    queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "BestEffortFIFO"
+    manage_jobs_without_queue_name: bool = Field(
+        default=True, description="Suspend jobs in managed namespaces that name no queue (nothing bypasses quota)."
+    )
+
+
+class PriorityClass(Model):
+    name: Name
+    value: int
+    description: str = ""
+
+
+class Cohort(Model):
+    name: Name
+    parent: Name | None = None
+    fair_share_weight: Quantity | None = None
+
+
+class FlavorQuota(Model):
+    """A tenant's quota on one GPU flavor. CPU and memory default to the GPU share of a node."""
+
+    flavor: Name
+    gpus: int = Field(ge=0, description="Nominal GPU quota.")
+    borrowing_limit: int | None = Field(default=None, ge=0, description="GPUs above nominal it may borrow; unset = no limit.")
+    lending_limit: int | None = Field(default=None, ge=0, description="GPUs of its nominal it may lend; unset = all.")
+    cpu: Quantity | None = None
+    memory: Quantity | None = None
+
+    @model_validator(mode="after")
+    def _lending(self) -> FlavorQuota:
+        if self.lending_limit is not None and self.lending_limit > self.gpus:
+            raise ValueError(f"lending_limit {self.lending_limit} exceeds the nominal quota of {self.gpus} GPUs")
+        return self
+
+
+class StorageQuota(Model):
+    requests: Quantity = "1Ti"
+    persistent_volume_claims: int = Field(default=20, ge=0)
+
+
+class Tenant(Model):
+    """An ML team: a namespace, a LocalQueue on its own ClusterQueue, quotas and member groups."""
+
+    name: Name
+    namespace: Name | None = Field(default=None, description="Defaults to the tenant name.")
+    cohort: Name | None = None
+    quotas: tuple[FlavorQuota, ...] = Field(min_length=1)
+    fair_share_weight: Quantity | None = None
+    priority_classes: tuple[Name, ...] = Field(default=(), description="Allowed WorkloadPriorityClasses.")
+    default_priority_class: Name | None = None
+    groups: tuple[str, ...] = Field(default=(), description="Identity-provider groups bound to the tenant role.")
+    storage: StorageQuota = StorageQuota()
+    max_trainjobs: int = Field(default=50, ge=0, description="ResourceQuota on TrainJob objects in the namespace.")
+
+    @property
+    def namespace_name(self) -> str:
+        return self.namespace or self.name
+
+    @model_validator(mode="after")
+    def _unique_flavors(self) -> Tenant:
+        flavors = [q.flavor for q in self.quotas]
+        dupes = sorted(f for f, c in Counter(flavors).items() if c > 1)
+        if dupes:
+            raise ValueError(f"quotas repeat flavors: {', '.join(dupes)}")
+        if self.default_priority_class and self.default_priority_class not in self.priority_classes:
+            raise ValueError("default_priority_class must be one of priority_classes")
+        return self
+
+
+class TopologyRequest(Model):
+    """How approved runtimes ask Kueue to place a job's pods (a podset topology annotation)."""
+
+    mode: Literal["preferred", "required"] = "preferred"
+    level: Name = Field(description="Name of a topology level.")
+
+
+class Runtimes(Model):
+    """The approved ClusterTrainingRuntimes and where their images may come from."""
+
+    directory: str = Field(default="runtimes", description="Directory of reviewed runtime YAML, relative to the project.")
+    approved: tuple[Name, ...] = Field(min_length=1, description="Runtime names (file stems) to install.")
+    approved_registries: tuple[str, ...] = Field(
+        min_length=1, description="Image prefixes allowed in runtimes and tenant workloads (e.g. 'registry.example.com/ml/')."
+    )
+    topology: TopologyRequest | None = None
+
+
+class Lifecycle(Model):
+    protect_data: bool = Field(
+        default=True,
+        description="Pulumi-protect CRDs and data-holding resources (destroy refuses). "
+        "Independently of this, they are always retained on delete.",
+    )
+
+
+class Rehearsal(Model):
+    """Local rehearsal: which upstream controllers are external (CRDs and config applied, no Deployments)."""
+
+    external_controllers: tuple[Literal["kueue", "jobset", "trainer"], ...] = ()
+
+
+class PlatformConfig(Model):
+    """The whole platform for one environment."""
+
+    environment: Name
+    cluster: ClusterAccess
+    versions: Versions = Versions()
+    crds: CrdSource = CrdSource()
+    gpu_pools: tuple[GpuPool, ...] = Field(min_length=1)
+    allow_overcommit: bool = Field(default=False, description="Allow nominal GPU quotas above the physical GPUs.")
+    topology: Topology | None = None
+    kueue: KueueSettings = KueueSettings()
+    priority_classes: tuple[PriorityClass, ...] = ()
+    cohorts: tuple[Cohort, ...] = ()
+    tenants: tuple[Tenant, ...] = Field(min_length=1)
+    runtimes: Runtimes
+    lifecycle: Lifecycle = Lifecycle()
+    rehearsal: Rehearsal = Rehearsal()
+
+    def pool(self, name: str) -> GpuPool:
+        return next(p for p in self.gpu_pools if p.name == name)
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> PlatformConfig:
+        _unique("gpu_pools", [p.name for p in self.gpu_pools])
+        _unique("cohorts", [c.name for c in self.cohorts])
+        _unique("tenants", [t.name for t in self.tenants])
+        _unique("tenants (namespace)", [t.namespace_name for t in self.tenants])
+        _unique("priority_classes", [p.name for p in self.priority_classes])
+        _unique("runtimes.approved", list(self.runtimes.approved))
+
+        pools = {p.name for p in self.gpu_pools}
+        cohorts = {c.name for c in self.cohorts}
+        priorities = {p.name for p in self.priority_classes}
+        for i, cohort in enumerate(self.cohorts):
+            if cohort.parent is not None and cohort.parent not in cohorts:
+                raise FieldError(("cohorts", i, "parent"), f"cohort {cohort.parent!r} is not defined in cohorts")
+
+        for i, tenant in enumerate(self.tenants):
+            if tenant.cohort is not None and tenant.cohort not in cohorts:
+                raise FieldError(("tenants", i, "cohort"), f"cohort {tenant.cohort!r} is not defined in cohorts")
+            for j, quota in enumerate(tenant.quotas):
+                if quota.flavor not in pools:
+                    raise FieldError(
+                        ("tenants", i, "quotas", j, "flavor"),
+                        f"flavor {quota.flavor!r} is not a GPU pool (pools: {', '.join(sorted(pools))})",
+                    )
+                if tenant.cohort is None and quota.borrowing_limit is not None:
+                    # Mirrors the ClusterQueue CRD rule: borrowingLimit must be nil when cohort is empty.
+                    raise FieldError(
+                        ("tenants", i, "quotas", j, "borrowing_limit"),
+                        "a tenant without a cohort cannot borrow; remove borrowing_limit or set cohort",
+                    )
+            for j, priority in enumerate(tenant.priority_classes):
+                if priority not in priorities:
+                    raise FieldError(
+                        ("tenants", i, "priority_classes", j), f"priority class {priority!r} is not defined in priority_classes"
+                    )
+
+        if not self.allow_overcommit:
+            for pool in self.gpu_pools:
+                committed = sum(q.gpus for t in self.tenants for q in t.quotas if q.flavor == pool.name)
+                if committed > pool.gpus:
+                    index = next(i for i, p in enumerate(self.gpu_pools) if p.name == pool.name)
+                    raise FieldError(
+                        ("gpu_pools", index),
+                        f"nominal GPU quotas on flavor {pool.name!r} add up to {committed}, but the pool has "
+                        f"{pool.gpus} GPUs ({pool.nodes} nodes x {pool.gpus_per_node}); lower the quotas, "
+                        "add nodes, or set allow_overcommit: true",
+                    )
+
+        if self.topology is not None:
+            for level_index, level in enumerate(self.topology.levels):
+                if level.node_label == HOSTNAME_LABEL:
+                    continue
+                for pool in self.gpu_pools:
+                    if level.node_label not in pool.topology_labels:
+                        raise FieldError(
+                            ("topology", "levels", level_index, "node_label"),
+                            f"topology label {level.node_label!r} is not carried by GPU pool {pool.name!r} "
+                            f"(its topology_labels: {', '.join(pool.topology_labels) or 'none'})",
+                        )
+        if self.runtimes.topology is not None:
+            levels = {lvl.name for lvl in self.topology.levels} if self.topology else set()
+            if self.runtimes.topology.level not in levels:
+                raise FieldError(
+                    ("runtimes", "topology", "level"),
+                    f"level {self.runtimes.topology.level!r} is not a topology level"
+                    + ("" if self.topology else " (the stack defines no topology)"),
+                )
+        return self
+
+
+class FieldError(ValueError):
+    """A cross-field violation that knows the exact field path it is about."""
+
+    def __init__(self, path: tuple[str | int, ...], reason: str) -> None:
+        super().__init__(reason)
+        self.path = path
+        self.reason = reason
+
+
+def _unique(field: str, names: list[str]) -> None:
+    dupes = sorted(n for n, c in Counter(names).items() if c > 1)
+    if dupes:
+        raise ValueError(f"{field}: names must be unique; repeated: {', '.join(dupes)}")
+
+
+def gpu_share(pool: GpuPool, gpus: int, per_node: int | str) -> Fraction:
+    """The part of a per-node resource that ``gpus`` GPUs of ``pool`` stand for."""
+    return parse_quantity(per_node) * gpus / pool.gpus_per_node

@@ -1,0 +1,215 @@
+"""Kueue: the controller configuration and the queueing objects (all ``kueue.x-k8s.io/v1beta2``).
+
+One ResourceFlavor per GPU pool, one ClusterQueue per tenant (admitting only its
+namespace), one LocalQueue named ``default`` in each tenant namespace, Cohorts for
+borrowing, WorkloadPriorityClasses, and a Topology when the stack enables TAS.
+
+Ref: https://kueue.sigs.k8s.io/docs/concepts/ and the v0.19.2 CRDs in ../shared/crds/kueue.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainyard import catalog
+from trainyard.config.model import FlavorQuota, GpuPool, PlatformConfig, Tenant, gpu_share
+from trainyard.manifests.meta import DEFAULT_LOCAL_QUEUE, TENANT_LABEL, Manifest, metadata
+from trainyard.quantity import format_quantity, parse_quantity
+
+API = catalog.KUEUE_API
+
+
+def topology(config: PlatformConfig) -> list[Manifest]:
+    if config.topology is None:
+        return []
+    return [{
+        "apiVersion": API,
+        "kind": "Topology",
+        "metadata": metadata(config.topology.name),
+        "spec": {"levels": [{"nodeLabel": level.node_label} for level in config.topology.levels]},
+    }]
+
+
+def resource_flavor(config: PlatformConfig, pool: GpuPool) -> Manifest:
+    spec: dict[str, Any] = {"nodeLabels": dict(sorted(pool.node_labels.items()))}
+    if pool.taints:
+        spec["nodeTaints"] = [_taint(t.key, t.value, t.effect) for t in pool.taints]
+        # Pods admitted to this flavor get tolerations for its taints, so tenants' jobs do not
+        # need to know the pool's taints. Ref: ResourceFlavor v1beta2 spec.tolerations.
+        spec["tolerations"] = [_toleration(t.key, t.value, t.effect) for t in pool.taints]
+    if config.topology is not None:
+        spec["topologyName"] = config.topology.name
+    return {
+        "apiVersion": API,
+        "kind": "ResourceFlavor",
+        "metadata": metadata(pool.name, labels={"trainyard.dev/gpu-product": _label_safe(pool.gpu_product)}),
+        "spec": spec,
+    }
+
+
+def cohort(config: PlatformConfig, name: str) -> Manifest:
+    definition = next(c for c in config.cohorts if c.name == name)
+    spec: dict[str, Any] = {}
+    if definition.parent:
+        spec["parentName"] = definition.parent
+    if definition.fair_share_weight is not None and config.kueue.fair_sharing.enabled:
+        spec["fairSharing"] = {"weight": definition.fair_share_weight}
+    return {"apiVersion": API, "kind": "Cohort", "metadata": metadata(name), "spec": spec}
+
+
+def workload_priority_classes(config: PlatformConfig) -> list[Manifest]:
+    out = []
+    for priority in config.priority_classes:
+        obj: Manifest = {
+            "apiVersion": API,
+            "kind": "WorkloadPriorityClass",
+            "metadata": metadata(priority.name),
+            "value": priority.value,
+        }
+        if priority.description:
+            obj["description"] = priority.description
+        out.append(obj)
+    return out
+
+
+def cluster_queue_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
+    settings = config.kueue
+    preemption: dict[str, Any] = {
+        "withinClusterQueue": settings.preemption.within_cluster_queue,
+        "reclaimWithinCohort": settings.preemption.reclaim_within_cohort,
+    }
+    if tenant.cohort is not None:
+        borrow: dict[str, Any] = {"policy": settings.preemption.borrow_within_cohort.policy}
+        if settings.preemption.borrow_within_cohort.max_priority_threshold is not None:
+            borrow["maxPriorityThreshold"] = settings.preemption.borrow_within_cohort.max_priority_threshold
+        preemption["borrowWithinCohort"] = borrow
+    spec: dict[str, Any] = {}
+    if tenant.cohort is not None:
+        spec["cohortName"] = tenant.cohort
+    spec["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": tenant.namespace_name}}
+    spec["queueingStrategy"] = settings.queueing_strategy
+    spec["preemption"] = preemption
+    if settings.fair_sharing.enabled and tenant.fair_share_weight is not None:
+        spec["fairSharing"] = {"weight": tenant.fair_share_weight}
+    spec["resourceGroups"] = [{
+        "coveredResources": [catalog.GPU_RESOURCE, "cpu", "memory"],
+        "flavors": [
+            {"name": quota.flavor, "resources": flavor_resources(config.pool(quota.flavor), quota)}
+            for quota in tenant.quotas
+        ],
+    }]
+    return {
+        "apiVersion": API,
+        "kind": "ClusterQueue",
+        "metadata": metadata(tenant.name, labels={TENANT_LABEL: tenant.name}),
+        "spec": spec,
+    }
+
+
+def flavor_resources(pool: GpuPool, quota: FlavorQuota) -> list[dict[str, Any]]:
+    """GPU, CPU and memory quotas of one flavor. CPU and memory follow the GPU share of a node."""
+
+    def amounts(per_node: int | str, explicit: int | str | None, binary: bool) -> dict[str, Any]:
+        nominal = parse_quantity(explicit) if explicit is not None else gpu_share(pool, quota.gpus, per_node)
+        # Limits scale with the same ratio as the GPU limits.
+        ratio = nominal / quota.gpus if quota.gpus else gpu_share(pool, 1, per_node)
+        out: dict[str, Any] = {"nominalQuota": format_quantity(nominal, binary=binary)}
+        if quota.borrowing_limit is not None:
+            out["borrowingLimit"] = format_quantity(ratio * quota.borrowing_limit, binary=binary)
+        if quota.lending_limit is not None:
+            out["lendingLimit"] = format_quantity(ratio * quota.lending_limit, binary=binary)
+        return out
+
+    gpu: dict[str, Any] = {"nominalQuota": quota.gpus}
+    if quota.borrowing_limit is not None:
+        gpu["borrowingLimit"] = quota.borrowing_limit
+    if quota.lending_limit is not None:
+        gpu["lendingLimit"] = quota.lending_limit
+    return [
+        {"name": catalog.GPU_RESOURCE, **gpu},
+        {"name": "cpu", **amounts(pool.cpu_per_node, quota.cpu, binary=False)},
+        {"name": "memory", **amounts(pool.memory_per_node, quota.memory, binary=True)},
+    ]
+
+
+def local_queue_for(tenant: Tenant) -> Manifest:
+    return {
+        "apiVersion": API,
+        "kind": "LocalQueue",
+        "metadata": metadata(DEFAULT_LOCAL_QUEUE, namespace=tenant.namespace_name, labels={TENANT_LABEL: tenant.name}),
+        "spec": {"clusterQueue": tenant.name},
+    }
+
+
+def controller_configuration(config: PlatformConfig) -> dict[str, Any]:
+    """The Kueue manager's ``Configuration`` (config.kueue.x-k8s.io/v1beta2), handed to the chart.
+
+    Ref: apis/config/v1beta2/configuration_types.go and charts/kueue/values.yaml
+    (managerConfig.controllerManagerConfigYaml) at v0.19.2.
+    """
+    settings = config.kueue
+    wait = settings.wait_for_pods_ready
+    requeuing: dict[str, Any] = {
+        "timestamp": wait.requeuing.timestamp,
+        "backoffBaseSeconds": wait.requeuing.backoff_base_seconds,
+        "backoffMaxSeconds": wait.requeuing.backoff_max_seconds,
+    }
+    if wait.requeuing.backoff_limit_count is not None:
+        requeuing["backoffLimitCount"] = wait.requeuing.backoff_limit_count
+    wait_for_pods_ready: dict[str, Any] = {
+        "timeout": wait.timeout,
+        "blockAdmission": wait.block_admission,
+        "requeuingStrategy": requeuing,
+    }
+    if wait.recovery_timeout is not None:
+        wait_for_pods_ready["recoveryTimeout"] = wait.recovery_timeout
+    out: dict[str, Any] = {
+        "apiVersion": catalog.KUEUE_CONFIG_API,
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443"},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "manageJobsWithoutQueueName": settings.manage_jobs_without_queue_name,
+        # Only tenant namespaces are managed: system namespaces are never suspended.
+        "managedJobsNamespaceSelector": {"matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]},
+        "waitForPodsReady": wait_for_pods_ready,
+        "integrations": {"frameworks": ["trainer.kubeflow.org/trainjob", "jobset.x-k8s.io/jobset", "batch/job"]},
+    }
+    if settings.fair_sharing.enabled:
+        out["fairSharing"] = {"preemptionStrategies": list(settings.fair_sharing.preemption_strategies)}
+    return out
+
+
+def build(config: PlatformConfig) -> list[Manifest]:
+    """Every cluster-scoped Kueue object of the stack (LocalQueues come with the tenants)."""
+    objects: list[Manifest] = []
+    objects += topology(config)
+    objects += [resource_flavor(config, pool) for pool in config.gpu_pools]
+    objects += [cohort(config, c.name) for c in config.cohorts]
+    objects += workload_priority_classes(config)
+    objects += [cluster_queue_for(config, tenant) for tenant in config.tenants]
+    return objects
+
+
+def committed_gpus(config: PlatformConfig, flavor: str) -> int:
+    return sum(q.gpus for t in config.tenants for q in t.quotas if q.flavor == flavor)
+
+
+def _taint(key: str, value: str | None, effect: str) -> dict[str, str]:
+    out = {"key": key, "effect": effect}
+    if value is not None:
+        out["value"] = value
+    return out
+
+
+def _toleration(key: str, value: str | None, effect: str) -> dict[str, str]:
+    if value is None:
+        return {"key": key, "operator": "Exists", "effect": effect}
+    return {"key": key, "operator": "Equal", "value": value, "effect": effect}
+
+
+def _label_safe(text: str) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in text)[:63].strip("-_.")
+    return safe or "unknown"
+

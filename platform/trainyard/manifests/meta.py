@@ -1,0 +1,46 @@
+"""Shared metadata conventions and the identity of a manifest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Manifest = dict[str, Any]
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "trainyard", "app.kubernetes.io/part-of": "trainyard"}
+TENANT_LABEL = "trainyard.dev/tenant"
+APPROVED_RUNTIME_LABEL = "trainyard.dev/approved-runtime"
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+
+# The LocalQueue every tenant namespace gets. Kueue's LocalQueueDefaulting assigns jobs that
+# name no queue to a LocalQueue called "default" in their namespace.
+# Ref: https://kueue.sigs.k8s.io/docs/concepts/local_queue/#default-localqueue
+DEFAULT_LOCAL_QUEUE = "default"
+
+
+def metadata(name: str, *, namespace: str | None = None, labels: dict[str, str] | None = None,
+             annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = {**MANAGED_BY, **(labels or {})}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return meta
+
+
+def api_group(obj: Manifest) -> str:
+    api_version: str = obj["apiVersion"]
+    return api_version.split("/")[0] if "/" in api_version else "core"
+
+
+def object_key(obj: Manifest) -> tuple[str, str, str, str]:
+    """Identity of an object on a cluster: (group, kind, namespace, name). Versions do not matter."""
+    meta = obj.get("metadata") or {}
+    return (api_group(obj), obj["kind"], meta.get("namespace") or "", meta.get("name") or "")
+
+
+def object_id(obj: Manifest) -> str:
+    """A readable, stable id: ``Kind/name`` or ``Kind/namespace/name``."""
+    group, kind, namespace, name = object_key(obj)
+    return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"

@@ -1,0 +1,118 @@
+"""Tenants: a namespace per ML team, its queue, identity, permissions and quotas.
+
+A tenant may create and watch TrainJobs and read the Kueue Workloads and pods they make.
+It may not touch runtimes, queues or quotas: those are the platform team's, declared here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainyard import catalog
+from trainyard.config.model import PlatformConfig, Tenant
+from trainyard.manifests import kueue
+from trainyard.manifests.meta import TENANT_LABEL, Manifest, metadata
+from trainyard.quantity import format_quantity, parse_quantity
+
+# Pod Security Admission, enforced at the restricted level in every tenant namespace.
+# Ref: https://kubernetes.io/docs/concepts/security/pod-security-admission/
+PSA_LEVEL = "restricted"
+PSA_LABELS = {f"pod-security.kubernetes.io/{mode}": PSA_LEVEL for mode in ("enforce", "audit", "warn")}
+
+
+def namespace_for(tenant: Tenant) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": metadata(tenant.namespace_name, labels={TENANT_LABEL: tenant.name, **PSA_LABELS}),
+    }
+
+
+def service_account_for(tenant: Tenant) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata("trainer", namespace=tenant.namespace_name, labels={TENANT_LABEL: tenant.name}),
+        # Training pods get no API credentials unless a job asks for them explicitly.
+        "automountServiceAccountToken": False,
+    }
+
+
+def role_for(tenant: Tenant) -> Manifest:
+    read = ["get", "list", "watch"]
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": metadata("trainyard-tenant", namespace=tenant.namespace_name, labels={TENANT_LABEL: tenant.name}),
+        "rules": [
+            {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": [*read, "create", "delete"]},
+            {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs/status"], "verbs": ["get"]},
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": read},
+            {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": read},
+            {"apiGroups": [""], "resources": ["pods", "events"], "verbs": read},
+            {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+        ],
+    }
+
+
+def role_binding_for(tenant: Tenant) -> Manifest:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": metadata("trainyard-tenant", namespace=tenant.namespace_name, labels={TENANT_LABEL: tenant.name}),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "trainyard-tenant"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in tenant.groups],
+    }
+
+
+def resource_quota_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
+    """A namespace ceiling backing Kueue: at most nominal + borrowing of each resource.
+
+    Kueue decides admission; the ResourceQuota stops anything that bypasses Kueue (a bare pod)
+    from taking more than the tenant could ever be admitted for.
+    """
+    gpus, cpu, memory = 0, parse_quantity(0), parse_quantity(0)
+    for quota in tenant.quotas:
+        pool = config.pool(quota.flavor)
+        resources = {r["name"]: r for r in kueue.flavor_resources(pool, quota)}
+        if quota.borrowing_limit is None and tenant.cohort is not None:
+            # Unlimited borrowing: the ceiling is the whole pool.
+            gpus += pool.gpus
+            cpu += parse_quantity(pool.cpu_per_node) * pool.nodes
+            memory += parse_quantity(pool.memory_per_node) * pool.nodes
+            continue
+        gpus += quota.gpus + (quota.borrowing_limit or 0)
+        for name in ("cpu", "memory"):
+            total = parse_quantity(resources[name]["nominalQuota"]) + parse_quantity(resources[name].get("borrowingLimit", 0))
+            if name == "cpu":
+                cpu += total
+            else:
+                memory += total
+    hard: dict[str, Any] = {
+        f"requests.{catalog.GPU_RESOURCE}": str(gpus),
+        "requests.cpu": str(format_quantity(cpu, binary=False)),
+        "requests.memory": str(format_quantity(memory, binary=True)),
+        "requests.storage": str(tenant.storage.requests),
+        "persistentvolumeclaims": str(tenant.storage.persistent_volume_claims),
+        "count/trainjobs.trainer.kubeflow.org": str(tenant.max_trainjobs),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": metadata("trainyard-tenant", namespace=tenant.namespace_name, labels={TENANT_LABEL: tenant.name}),
+        "spec": {"hard": hard},
+    }
+
+
+def build(config: PlatformConfig) -> list[Manifest]:
+    objects: list[Manifest] = []
+    for tenant in config.tenants:
+        objects += [
+            namespace_for(tenant),
+            kueue.local_queue_for(tenant),
+            service_account_for(tenant),
+            role_for(tenant),
+            role_binding_for(tenant),
+            resource_quota_for(config, tenant),
+        ]
+    return objects

@@ -1,0 +1,99 @@
+"""Writing a rendered platform as YAML: one file per object, byte-identical for the same input.
+
+Secret values never reach a file: Secret data and any chart value whose key looks like a
+credential are replaced by a placeholder before anything is written.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainyard.manifests import RenderedPlatform
+from trainyard.manifests.meta import Manifest, object_key
+
+REDACTED = "<redacted>"
+MARKER = ".trainyard-render"
+_SECRET_KEY = re.compile(r"(password|passwd|secret|token|credential|private[-_]?key|access[-_]?key)", re.IGNORECASE)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style, multi-line strings as literal blocks, no aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str_representer(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def to_yaml(doc: Any) -> str:
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=120)
+
+
+def redact(value: Any, key: str = "") -> Any:
+    """A copy of ``value`` with credential-like leaves replaced by ``<redacted>``."""
+    if isinstance(value, dict):
+        return {k: redact(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, key) for v in value]
+    if isinstance(value, str) and key and _SECRET_KEY.search(key) and not value.startswith("<"):
+        return REDACTED
+    return value
+
+
+def redact_object(obj: Manifest) -> Manifest:
+    if obj.get("kind") == "Secret":
+        out = dict(obj)
+        for field in ("data", "stringData"):
+            if field in out:
+                out[field] = {k: REDACTED for k in out[field]}
+        return out
+    return obj
+
+
+def object_path(obj: Manifest) -> Path:
+    group, kind, namespace, name = object_key(obj)
+    folder = kind if group == "core" else f"{kind}.{group}"
+    return Path(folder) / namespace / f"{name}.yaml" if namespace else Path(folder) / f"{name}.yaml"
+
+
+def rendered_files(rendered: RenderedPlatform) -> dict[Path, str]:
+    """Relative path -> file content, for every object and chart release."""
+    files: dict[Path, str] = {}
+    for obj in rendered.all_objects:
+        files[object_path(obj)] = to_yaml(redact_object(obj))
+    for release in rendered.releases:
+        files[Path("charts") / f"{release.name}.yaml"] = to_yaml(redact(release.as_document()))
+    return dict(sorted(files.items()))
+
+
+class OutputDirError(Exception):
+    pass
+
+
+def write_rendered(rendered: RenderedPlatform, out: Path) -> list[Path]:
+    """Replace ``out`` with the rendered files; refuses a non-empty directory it did not write."""
+    if out.exists():
+        if not out.is_dir():
+            raise OutputDirError(f"{out} exists and is not a directory")
+        if any(out.iterdir()) and not (out / MARKER).exists():
+            raise OutputDirError(f"{out} is not empty and was not written by trainyard render; choose another --out")
+        shutil.rmtree(out)
+    written = []
+    for relative, content in rendered_files(rendered).items():
+        path = out / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content, encoding="utf-8")
+        written.append(path)
+    (out / MARKER).write_text("written by trainyard render; the directory is replaced on each render\n")
+    return written

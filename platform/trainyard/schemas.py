@@ -1,0 +1,158 @@
+"""Strict schema validation of manifests: Kubernetes built-ins and upstream CRDs.
+
+Built-in kinds are validated against the strict OpenAPI schemas shipped by
+``kubernetes-validate`` (unknown fields rejected). Custom resources are validated against
+the ``openAPIV3Schema`` of the exact upstream CRD version, made strict the way the API
+server prunes: an object schema with properties and no ``x-kubernetes-preserve-unknown-fields``
+admits no other fields. CEL rules (``x-kubernetes-validations``) are not evaluated here;
+the cluster tier checks them on a real API server.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from trainyard import catalog
+from trainyard.manifests.meta import Manifest, object_id
+
+
+@dataclass(frozen=True)
+class SchemaError:
+    object: str
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.object}: {self.path or '(root)'}: {self.message}"
+
+
+class SchemaNotFound(Exception):
+    pass
+
+
+def strict_crd_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A JSON Schema equivalent of a structural CRD schema, rejecting unknown fields."""
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: walk(v) for k, v in node.items() if not k.startswith("x-kubernetes-validations")}
+        if out.pop("x-kubernetes-int-or-string", False):
+            out.pop("type", None)
+            out.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
+        if out.pop("nullable", False) and "type" in out:
+            out["type"] = [out["type"], "null"]
+        preserve = out.pop("x-kubernetes-preserve-unknown-fields", False)
+        for key in list(out):
+            if key.startswith("x-kubernetes-"):
+                out.pop(key)
+        if out.get("type") in ("object", ["object", "null"]) and "properties" in out and not preserve:
+            out.setdefault("additionalProperties", False)
+        return out
+
+    strict: dict[str, Any] = walk(copy.deepcopy(schema))
+    # The CRD schema says only "metadata: object"; the API server validates ObjectMeta itself.
+    strict.setdefault("properties", {})["metadata"] = {"$ref": "#/$defs/ObjectMeta"}
+    strict["$defs"] = {"ObjectMeta": _object_meta_schema()}
+    return strict
+
+
+def _object_meta_schema() -> dict[str, Any]:
+    string_map = {"type": "object", "additionalProperties": {"type": "string"}}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name"],
+        "properties": {
+            "name": {"type": "string", "maxLength": 253, "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"},
+            "namespace": {"type": "string", "maxLength": 63, "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+            "labels": string_map,
+            "annotations": string_map,
+        },
+    }
+
+
+class Validator:
+    """Validates manifests; CRDs come from a directory laid out like ../shared/crds."""
+
+    def __init__(self, crd_dir: Path, kubernetes_version: str = catalog.KUBERNETES_VERSION) -> None:
+        self.kubernetes_version = kubernetes_version
+        self._crd_schemas: dict[tuple[str, str], dict[str, Any]] = {}
+        for path in sorted(crd_dir.rglob("*.yaml")):
+            crd = yaml.safe_load(path.read_text(encoding="utf-8"))
+            if not isinstance(crd, dict) or crd.get("kind") != "CustomResourceDefinition":
+                continue
+            group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+            for version in crd["spec"]["versions"]:
+                schema = version.get("schema", {}).get("openAPIV3Schema")
+                if schema:
+                    self._crd_schemas[(f"{group}/{version['name']}", kind)] = schema
+        self._validators: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
+
+    def knows(self, api_version: str, kind: str) -> bool:
+        return (api_version, kind) in self._crd_schemas or _builtin_schema_path(self.kubernetes_version, api_version, kind).is_file()
+
+    def _validator(self, api_version: str, kind: str) -> jsonschema.protocols.Validator:
+        key = (api_version, kind)
+        if key not in self._validators:
+            if key in self._crd_schemas:
+                schema = strict_crd_schema(self._crd_schemas[key])
+                self._validators[key] = jsonschema.Draft202012Validator(schema)
+            else:
+                self._validators[key] = _builtin_validator(self.kubernetes_version, api_version, kind)
+        return self._validators[key]
+
+    def errors(self, obj: Manifest) -> list[SchemaError]:
+        api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
+        if not self.knows(api_version, kind):
+            raise SchemaNotFound(f"no schema for {api_version} {kind}")
+        validator = self._validator(api_version, kind)
+        return [
+            SchemaError(object_id(obj), ".".join(str(p) for p in err.absolute_path), err.message)
+            for err in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))
+        ]
+
+
+def _schema_root() -> Path:
+    import kubernetes_validate
+
+    return Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+
+
+def _builtin_schema_path(version: str, api_version: str, kind: str) -> Path:
+    # kubernetes-validate names files <kind>-<first group segment>-<version>.json, e.g. role-rbac-v1.json.
+    if "/" in api_version:
+        group, ver = api_version.split("/")
+        prefix = f"{group.split('.')[0]}-{ver}"
+    else:
+        prefix = api_version
+    return _schema_root() / f"v{version}-local-strict" / f"{kind.lower()}-{prefix}.json"
+
+
+@lru_cache(maxsize=4)
+def _definitions(version: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads((_schema_root() / f"v{version}-local-strict" / "_definitions.json").read_text())
+    return result
+
+
+def _builtin_validator(version: str, api_version: str, kind: str) -> jsonschema.protocols.Validator:
+    from referencing import Registry, Resource
+
+    path = _builtin_schema_path(version, api_version, kind)
+    schema = json.loads(path.read_text())
+    definitions = Resource.from_contents(_definitions(version))
+    registry: Registry[Any] = Registry().with_resources(
+        [("file://_definitions.json", definitions), ("_definitions.json", definitions)]
+    )
+    registry = Resource.from_contents(schema) @ registry
+    return jsonschema.Draft202012Validator(schema, registry=registry)
