@@ -89,7 +89,7 @@ class Validator:
         self.kubernetes_version = kubernetes_version
         self._crd_schemas: dict[tuple[str, str], dict[str, Any]] = {}
         for path in sorted(crd_dir.rglob("*.yaml")):
-            crd = yaml.safe_load(path.read_text(encoding="utf-8"))
+            crd = yaml.load(path.read_bytes(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
             if not isinstance(crd, dict) or crd.get("kind") != "CustomResourceDefinition":
                 continue
             group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]

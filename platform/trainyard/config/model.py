@@ -340,6 +340,10 @@ class Rehearsal(Model):
     external_controllers: tuple[Literal["kueue", "jobset", "trainer"], ...] = ()
 
 
+# security.py builds on Model and the name types above, so it is imported here, not at the top.
+from trainyard.config.security import Security  # noqa: E402
+
+
 class PlatformConfig(Model):
     """The whole platform for one environment."""
 
@@ -357,6 +361,7 @@ class PlatformConfig(Model):
     runtimes: Runtimes
     lifecycle: Lifecycle = Lifecycle()
     rehearsal: Rehearsal = Rehearsal()
+    security: Security = Security()
 
     def pool(self, name: str) -> GpuPool:
         return next(p for p in self.gpu_pools if p.name == name)

@@ -40,6 +40,11 @@ def to_yaml(doc: Any) -> str:
     return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=120)
 
 
+def is_secret_key(key: str) -> bool:
+    """Whether a string under this key is a credential (and so shown only as ``<redacted>``)."""
+    return bool(_SECRET_KEY.search(key))
+
+
 def redact(value: Any, key: str = "") -> Any:
     """A copy of ``value`` with credential-like leaves replaced by ``<redacted>``."""
     if isinstance(value, dict):

@@ -1,0 +1,243 @@
+"""What changed between two sets of objects: per object added, removed or changed, per field old -> new.
+
+The model is shared by ``trainyard diff`` (two rendered platforms) and ``trainyard
+preview-comment`` (a Pulumi preview), so both print the same review. It never holds a
+secret: values under credential-like keys, Secret data and Pulumi's ``[secret]``
+placeholders are stored as ``<redacted>`` as the change is recorded; a rotated secret
+still shows up as a change, but not its value.
+
+Lists are compared item by item. Items that carry a unique ``name`` (containers, flavors,
+resources, replicated jobs, volumes) are matched by that name, so a path reads
+``flavors[h100].resources[nvidia.com/gpu].nominalQuota`` and reordering does not count as
+a change; other lists are compared by position, as Kubernetes reads them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import yaml
+
+from trainyard.manifests.installs import COMPONENT_LABEL
+from trainyard.manifests.meta import TENANT_LABEL, Manifest, object_key
+from trainyard.review.render import REDACTED, is_secret_key, redact
+
+Action = Literal["added", "removed", "changed", "replaced"]
+ACTIONS: Final = ("added", "removed", "changed", "replaced")
+
+QUEUES = "Queues and quotas"
+RUNTIMES = "Runtimes"
+TENANTS = "Tenants"
+NETWORK = "Network and security"
+INSTALLS = "Installs"
+OTHER = "Other"
+CONCERNS: Final = (QUEUES, RUNTIMES, TENANTS, NETWORK, INSTALLS, OTHER)
+
+# Pulumi replaces secret values with this string in `preview --json`.
+# Ref: pulumi/pulumi pkg/backend/display/json.go (massagePropertyValue).
+PULUMI_SECRET = "[secret]"
+
+_RUNTIME_KINDS = frozenset({"ClusterTrainingRuntime", "TrainingRuntime", "ClusterServingRuntime", "ServingRuntime"})
+_QUOTA_KINDS = frozenset({"ResourceQuota", "LimitRange"})
+_SECURITY_KINDS = frozenset({
+    "NetworkPolicy", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "ServiceAccount", "Secret",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "PodDisruptionBudget",
+})
+_SECURITY_GROUPS = frozenset({"networking.k8s.io", "rbac.authorization.k8s.io", "admissionregistration.k8s.io"})
+_SIMPLE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+class _Absent:
+    """The value of a field on the side where it does not exist."""
+
+    _instance: _Absent | None = None
+
+    def __new__(cls) -> _Absent:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+ABSENT: Final = _Absent()
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One field: its path in the object, the value before and after (ABSENT where it did not exist)."""
+
+    path: str
+    old: Any
+    new: Any
+
+
+@dataclass(frozen=True)
+class ObjectChange:
+    """One object (or chart release, or Pulumi resource) that is added, removed, changed or replaced."""
+
+    action: Action
+    group: str
+    kind: str
+    namespace: str
+    name: str
+    concern: str
+    tenant: str | None = None
+    fields: tuple[FieldChange, ...] = ()
+    note: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}" if self.namespace else f"{self.kind}/{self.name}"
+
+    def sort_key(self) -> tuple[int, int, str, str, str, str]:
+        return (CONCERNS.index(self.concern), ACTIONS.index(self.action), self.kind, self.group, self.namespace,
+                self.name)
+
+
+def concern_of(group: str, kind: str, labels: Mapping[str, Any] | None = None) -> str:
+    """Which part of the review an object belongs to, as an admin reads it."""
+    labels = labels or {}
+    if group == "kueue.x-k8s.io" or kind in _QUOTA_KINDS:
+        return QUEUES
+    if kind in _RUNTIME_KINDS:
+        return RUNTIMES
+    if kind in _SECURITY_KINDS or group in _SECURITY_GROUPS:
+        return NETWORK
+    if TENANT_LABEL in labels:
+        return TENANTS
+    if kind in {"CustomResourceDefinition", "Chart"} or COMPONENT_LABEL in labels or group == "helm.sh":
+        return INSTALLS
+    return OTHER
+
+
+def labels_of(obj: Mapping[str, Any] | None) -> dict[str, Any]:
+    meta = (obj or {}).get("metadata") or {}
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    return dict(labels) if isinstance(labels, Mapping) else {}
+
+
+def key_segment(key: str) -> str:
+    return f".{key}" if _SIMPLE_KEY.match(key) else f"[{key}]"
+
+
+def join_path(prefix: str, segment: str) -> str:
+    return (prefix + segment).lstrip(".")
+
+
+def _named(items: Sequence[Any]) -> dict[str, Any] | None:
+    """Items keyed by their ``name`` when every item is a mapping with a unique string name."""
+    if not items or not all(isinstance(i, Mapping) and isinstance(i.get("name"), str) for i in items):
+        return None
+    named = {i["name"]: i for i in items}
+    return named if len(named) == len(items) else None
+
+
+def _hidden(value: Any) -> Any:
+    """A credential-like value as it may be shown: strings redacted, structures redacted inside."""
+    if isinstance(value, str):
+        return REDACTED
+    return _safe(value)
+
+
+def _safe(value: Any) -> Any:
+    """A value fit to show: Pulumi's secret placeholder and credential-like keys inside it redacted."""
+    if value is ABSENT:
+        return value
+    if value == PULUMI_SECRET:
+        return REDACTED
+    return redact(value)
+
+
+def _yaml_mapping(text: str) -> dict[str, Any] | None:
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def diff_values(old: Any, new: Any, path: str = "", *, secret: bool = False) -> list[FieldChange]:
+    """Every leaf that differs between ``old`` and ``new`` (either may be ABSENT), values redacted."""
+    if old == new:
+        return []
+    if secret and (isinstance(old, str) or isinstance(new, str)):
+        # Same rule as ``render.redact``: strings under credential-like keys are never shown.
+        return [FieldChange(path or "(value)", _hidden(old), _hidden(new))]
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        out: list[FieldChange] = []
+        for key in sorted({*old, *new}, key=str):
+            out += diff_values(old.get(key, ABSENT), new.get(key, ABSENT), join_path(path, key_segment(str(key))),
+                               secret=is_secret_key(str(key)))
+        return out
+    if isinstance(old, list) and isinstance(new, list):
+        return _diff_lists(old, new, path)
+    if isinstance(old, str) and isinstance(new, str) and "\n" in old and "\n" in new:
+        # Embedded YAML (e.g. the Kueue manager configuration handed to its chart) diffs by field.
+        old_doc, new_doc = _yaml_mapping(old), _yaml_mapping(new)
+        if old_doc is not None and new_doc is not None:
+            return diff_values(old_doc, new_doc, join_path(path, "(yaml)"))
+    return [FieldChange(path or "(value)", _safe(old), _safe(new))]
+
+
+def _diff_lists(old: list[Any], new: list[Any], path: str) -> list[FieldChange]:
+    old_named, new_named = _named(old), _named(new)
+    if old_named is not None and new_named is not None:
+        out: list[FieldChange] = []
+        for name in sorted({*old_named, *new_named}):
+            out += diff_values(old_named.get(name, ABSENT), new_named.get(name, ABSENT), f"{path}[{name}]")
+        return out
+    if all(not isinstance(i, Mapping | list) for i in (*old, *new)):
+        return [FieldChange(path, _safe(old), _safe(new))]  # a list of scalars reads best whole
+    out = []
+    for index in range(max(len(old), len(new))):
+        before = old[index] if index < len(old) else ABSENT
+        after = new[index] if index < len(new) else ABSENT
+        out += diff_values(before, after, f"{path}[{index}]")
+    return out
+
+
+def diff_manifests(old: Manifest, new: Manifest) -> list[FieldChange]:
+    """Field changes of one object. A Secret's data is compared by value and always recorded redacted."""
+    if "Secret" not in (old.get("kind"), new.get("kind")):
+        return diff_values(old, new)
+    hidden = ("data", "stringData")
+    out = diff_values({k: v for k, v in old.items() if k not in hidden}, {k: v for k, v in new.items() if k not in hidden})
+    for field in hidden:
+        before, after = old.get(field) or {}, new.get(field) or {}
+        for key in sorted({*before, *after}):
+            out += diff_values(before.get(key, ABSENT), after.get(key, ABSENT), field + key_segment(str(key)),
+                               secret=True)
+    return sorted(out, key=lambda c: c.path)
+
+
+def object_change(action: Action, obj: Manifest, fields: Iterable[FieldChange] = (), note: str = "") -> ObjectChange:
+    group, kind, namespace, name = object_key(obj)
+    labels = labels_of(obj)
+    return ObjectChange(action, group, kind, namespace, name, concern_of(group, kind, labels),
+                        labels.get(TENANT_LABEL), tuple(fields), note)
+
+
+def diff_objects(base: Iterable[Manifest], head: Iterable[Manifest]) -> tuple[list[ObjectChange], int]:
+    """Changes from ``base`` to ``head`` matched by object identity, sorted; and the count of unchanged objects."""
+    before = {object_key(o): o for o in base}
+    after = {object_key(o): o for o in head}
+    changes: list[ObjectChange] = []
+    unchanged = 0
+    for key in sorted({*before, *after}):
+        old, new = before.get(key), after.get(key)
+        if old is None and new is not None:
+            changes.append(object_change("added", new))
+        elif new is None and old is not None:
+            changes.append(object_change("removed", old))
+        elif old is not None and new is not None:
+            fields = diff_manifests(old, new)
+            if fields:
+                changes.append(object_change("changed", new, fields))
+            else:
+                unchanged += 1
+    return sorted(changes, key=ObjectChange.sort_key), unchanged

@@ -1,0 +1,119 @@
+"""The Pulumi program under the SDK's mocks registers exactly the rendered manifests.
+
+Runs ``platform/__main__.py`` as Pulumi would, with the stack's config, and checks that
+every Kubernetes resource it registers is one rendered manifest (same type, same inputs),
+one for one; that every resource names the explicit provider; and that CRDs and other
+data-holding resources are retained on delete and protected as the stack says.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+
+from trainyard.components.kubernetes_object import KubernetesObject, type_token
+from trainyard.manifests.lifecycle import holds_data
+
+from tests.conftest import ROOT, rendered
+
+
+@dataclass
+class Registered:
+    resources: list[pulumi.runtime.MockResourceArgs] = field(default_factory=list)
+
+
+class Mocks(pulumi.runtime.Mocks):
+    def __init__(self, registered: Registered) -> None:
+        self.registered = registered
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        self.registered.resources.append(args)
+        return f"{args.name}-id", dict(args.inputs)
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        return {}, None
+
+
+def run_program(stack: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Registered, dict[str, dict[str, bool]]]:
+    registered = Registered()
+    options: dict[str, dict[str, bool]] = {}
+    original = KubernetesObject.__init__
+
+    def recording_init(self: KubernetesObject, manifest: dict[str, Any], opts: pulumi.ResourceOptions | None = None) -> None:
+        meta = manifest["metadata"]
+        key = f"{type_token(manifest)}:{meta.get('namespace', '')}/{meta['name']}"
+        options[key] = {"protect": bool(opts and opts.protect), "retain_on_delete": bool(opts and opts.retain_on_delete)}
+        original(self, manifest, opts)
+
+    monkeypatch.setattr(KubernetesObject, "__init__", recording_init)
+    platform_config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]["trainyard:platform"]
+    pulumi.runtime.set_mocks(Mocks(registered), project="trainyard", stack=stack, preview=False)
+    pulumi.runtime.set_all_config({"trainyard:platform": json.dumps(platform_config)})
+
+    @pulumi.runtime.test
+    def program() -> None:
+        runpy.run_path(str(ROOT / "platform" / "__main__.py"), run_name="__main__")
+
+    program()
+    return registered, options
+
+
+def manifest_key(obj: dict[str, Any]) -> str:
+    meta = obj["metadata"]
+    return f"{type_token(obj)}:{meta.get('namespace', '')}/{meta['name']}"
+
+
+@pytest.mark.parametrize("stack", ["local", "prod"])
+def test_registered_kubernetes_resources_are_exactly_the_rendered_manifests(stack: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    platform = rendered(stack)
+    registered, _ = run_program(stack, monkeypatch)
+    kube = [r for r in registered.resources if r.typ.startswith("kubernetes:") and r.typ != "pulumi:providers:kubernetes"
+            and not r.typ.startswith("kubernetes:helm")]
+    got = {f"{r.typ}:{r.inputs['metadata'].get('namespace', '')}/{r.inputs['metadata']['name']}": r.inputs for r in kube}
+    assert len(got) == len(kube), "two resources registered the same object"
+    expected = {manifest_key(o): o for o in platform.all_objects}
+    assert sorted(got) == sorted(expected)
+    for key, inputs in got.items():
+        assert json.loads(json.dumps(inputs)) == json.loads(json.dumps(expected[key])), key
+
+
+@pytest.mark.parametrize("stack", ["local", "prod"])
+def test_every_kubernetes_resource_uses_the_explicit_provider(stack: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    rendered(stack)
+    registered, _ = run_program(stack, monkeypatch)
+    providers = [r for r in registered.resources if r.typ == "pulumi:providers:kubernetes"]
+    assert [p.name for p in providers] == ["cluster"]
+    assert providers[0].inputs.get("context") == yaml.safe_load(
+        (ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]["trainyard:platform"]["cluster"]["context"]
+    for r in registered.resources:
+        if r.typ.startswith("kubernetes:"):
+            assert r.provider and "::cluster::" in r.provider, r.name
+
+
+def test_charts_are_declared_only_for_controllers_that_are_not_external(monkeypatch: pytest.MonkeyPatch) -> None:
+    rendered("prod")
+    prod, _ = run_program("prod", monkeypatch)
+    assert sorted(r.name for r in prod.resources if r.typ == "kubernetes:helm.sh/v4:Chart") == ["jobset", "kueue", "trainer"]
+    local, _ = run_program("local", monkeypatch)
+    assert [r.name for r in local.resources if r.typ == "kubernetes:helm.sh/v4:Chart"] == []
+
+
+@pytest.mark.parametrize(("stack", "protect"), [("prod", True), ("local", False)])
+def test_data_holding_resources_are_retained_and_protected_as_the_stack_says(
+    stack: str, protect: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    platform = rendered(stack)
+    _, options = run_program(stack, monkeypatch)
+    data = [manifest_key(o) for o in platform.all_objects if holds_data(o)]
+    assert any(k.startswith("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition") for k in data)
+    for key in data:
+        assert options[key] == {"protect": protect, "retain_on_delete": True}, key
+    for obj in platform.all_objects:
+        if not holds_data(obj):
+            assert options[manifest_key(obj)] == {"protect": False, "retain_on_delete": False}

@@ -1,0 +1,104 @@
+"""Kueue builders: one flavor per pool, one ClusterQueue per tenant, v1beta2 everywhere."""
+
+from __future__ import annotations
+
+from trainyard.manifests import kueue
+from trainyard.quantity import parse_quantity
+
+from tests.conftest import rendered, stack
+
+
+def by_name(objects: list[dict], kind: str) -> dict[str, dict]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def test_every_kueue_object_is_v1beta2() -> None:
+    for name in ("local", "staging", "prod"):
+        for obj in rendered(name).objects:
+            if obj["apiVersion"].startswith("kueue.x-k8s.io/"):
+                assert obj["apiVersion"] == "kueue.x-k8s.io/v1beta2", obj["metadata"]["name"]
+
+
+def test_one_resource_flavor_per_pool_selects_and_tolerates_its_nodes() -> None:
+    config = stack("prod").config
+    flavors = by_name(kueue.build(config), "ResourceFlavor")
+    assert sorted(flavors) == ["h100", "h200", "l40s"]
+    h100 = flavors["h100"]["spec"]
+    assert h100["nodeLabels"] == {"trainyard.dev/pool": "h100"}
+    assert h100["nodeTaints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule", "value": "present"}]
+    assert h100["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}]
+    assert h100["topologyName"] == "datacenter"
+    assert "nodeTaints" not in flavors["l40s"]["spec"]
+
+
+def test_topology_levels_are_widest_first_with_hostname_last() -> None:
+    (topology,) = [o for o in kueue.build(stack("prod").config) if o["kind"] == "Topology"]
+    assert [lvl["nodeLabel"] for lvl in topology["spec"]["levels"]] == [
+        "network.trainyard.dev/block", "network.trainyard.dev/rack", "kubernetes.io/hostname"]
+
+
+def test_cluster_queue_quotas_gpu_cpu_memory_per_flavor() -> None:
+    config = stack("prod").config
+    queue = by_name(kueue.build(config), "ClusterQueue")["assistant"]
+    spec = queue["spec"]
+    assert spec["cohortName"] == "product"
+    assert spec["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "assistant"}}
+    (group,) = spec["resourceGroups"]
+    assert group["coveredResources"] == ["nvidia.com/gpu", "cpu", "memory"]
+    h100 = next(f for f in group["flavors"] if f["name"] == "h100")["resources"]
+    gpu, cpu, memory = h100
+    assert gpu == {"name": "nvidia.com/gpu", "nominalQuota": 32, "borrowingLimit": 32, "lendingLimit": 8}
+    # 32 of 8-GPU nodes with 192 CPUs and 1800Gi: CPU and memory follow the GPU share.
+    assert cpu["nominalQuota"] == 32 * 192 // 8
+    assert parse_quantity(memory["nominalQuota"]) == parse_quantity("1800Gi") * 4
+    assert cpu["lendingLimit"] == 8 * 192 // 8
+
+
+def test_every_flavor_lists_every_covered_resource_in_order() -> None:
+    # Mirrors the ClusterQueue CRD rule: flavors must have as many resources as coveredResources.
+    for obj in rendered("prod").by_kind("ClusterQueue"):
+        for group in obj["spec"]["resourceGroups"]:
+            for flavor in group["flavors"]:
+                assert [r["name"] for r in flavor["resources"]] == group["coveredResources"]
+
+
+def test_quotas_are_integers_not_strings() -> None:
+    queue = by_name(kueue.build(stack("local").config), "ClusterQueue")["team-a"]
+    gpu = queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+    assert isinstance(gpu["nominalQuota"], int)
+
+
+def test_cohorts_form_a_tree_with_fair_share_weights() -> None:
+    cohorts = by_name(kueue.build(stack("prod").config), "Cohort")
+    assert cohorts["org"]["spec"] == {}
+    assert cohorts["research"]["spec"] == {"parentName": "org", "fairSharing": {"weight": 2}}
+
+
+def test_workload_priority_classes_carry_value_at_top_level() -> None:
+    classes = by_name(kueue.build(stack("prod").config), "WorkloadPriorityClass")
+    assert {n: c["value"] for n, c in classes.items()} == {"critical": 10000, "standard": 1000, "preemptible": 100}
+
+
+def test_local_queue_is_named_default_and_points_at_the_tenant_queue() -> None:
+    queues = [o for o in rendered("local").objects if o["kind"] == "LocalQueue"]
+    assert {(q["metadata"]["namespace"], q["metadata"]["name"], q["spec"]["clusterQueue"]) for q in queues} == {
+        ("team-a", "default", "team-a"), ("team-b", "default", "team-b")}
+
+
+def test_controller_configuration_enables_trainjob_jobset_waitforpodsready_and_fair_sharing() -> None:
+    conf = kueue.controller_configuration(stack("prod").config)
+    assert conf["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
+    assert {"trainer.kubeflow.org/trainjob", "jobset.x-k8s.io/jobset"} <= set(conf["integrations"]["frameworks"])
+    assert conf["waitForPodsReady"]["timeout"] == "15m"
+    assert conf["waitForPodsReady"]["recoveryTimeout"] == "5m"
+    assert conf["waitForPodsReady"]["requeuingStrategy"]["backoffLimitCount"] == 8
+    assert conf["fairSharing"]["preemptionStrategies"] == ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+
+
+def test_a_tenant_without_cohort_gets_no_borrowing_preemption() -> None:
+    config = stack("local").config
+    tenant = config.tenants[0].model_copy(update={"cohort": None, "quotas": (
+        config.tenants[0].quotas[0].model_copy(update={"borrowing_limit": None}),)})
+    spec = kueue.cluster_queue_for(config, tenant)["spec"]
+    assert "cohortName" not in spec
+    assert "borrowWithinCohort" not in spec["preemption"]

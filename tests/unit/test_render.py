@@ -1,0 +1,78 @@
+"""Rendering: deterministic, one file per object, integers stay integers, secrets redacted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainyard.cli import main
+from trainyard.manifests import RenderedPlatform
+from trainyard.review.render import REDACTED, redact, rendered_files, write_rendered
+
+from tests.conftest import rendered, stack
+
+
+def test_same_input_gives_byte_identical_files(tmp_path: Path) -> None:
+    first = stack("prod").render()
+    second = stack("prod").render()
+    assert rendered_files(first) == rendered_files(second)
+    write_rendered(first, tmp_path / "a")
+    write_rendered(second, tmp_path / "b")
+    for path in (tmp_path / "a").rglob("*.yaml"):
+        assert path.read_bytes() == (tmp_path / "b" / path.relative_to(tmp_path / "a")).read_bytes()
+
+
+def test_render_prod_writes_every_required_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rendered("prod")  # skips without the CRD mirror
+    assert main(["render", "prod", "--out", str(tmp_path / "out")]) == 0
+    kinds = {yaml.safe_load(p.read_text()).get("kind") for p in (tmp_path / "out").rglob("*.yaml")}
+    required = {"Topology", "ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass",
+                "ClusterTrainingRuntime", "Namespace", "Role", "RoleBinding", "ResourceQuota"}
+    assert required <= kinds
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_one_file_per_object() -> None:
+    platform = rendered("prod")
+    files = rendered_files(platform)
+    assert len(files) == len(platform.all_objects) + len(platform.releases)
+
+
+def test_integers_stay_integers_in_files() -> None:
+    files = rendered_files(rendered("prod"))
+    queue = yaml.safe_load(files[Path("ClusterQueue.kueue.x-k8s.io/assistant.yaml")])
+    assert queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == 32
+    assert "nominalQuota: 32\n" in files[Path("ClusterQueue.kueue.x-k8s.io/assistant.yaml")]
+
+
+def test_secret_values_are_redacted() -> None:
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "n"},
+              "stringData": {"password": "hunter2"}}
+    platform = RenderedPlatform(crds=(), objects=(secret,), releases=())
+    (content,) = rendered_files(platform).values()
+    assert "hunter2" not in content and REDACTED in content
+    assert redact({"auth": {"rootPassword": "x", "user": "admin"}}) == {"auth": {"rootPassword": REDACTED, "user": "admin"}}
+
+
+def test_render_refuses_to_clobber_a_foreign_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rendered("local")
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main(["render", "local", "--out", str(tmp_path)]) == 2
+    assert "not written by trainyard render" in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_capacity_table_shows_physical_committed_and_limits(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["capacity", "prod"]) == 0
+    out = capsys.readouterr().out
+    assert "| h100 | NVIDIA-H100-80GB-HBM3 | 32 x 8 | 256 | 256 | 0 | 100% |" in out
+    assert "| h100 | assistant | product | 32 | 32 | 8 | 64 |" in out
+
+
+def test_validate_all_shipped_stacks(capsys: pytest.CaptureFixture[str]) -> None:
+    rendered("local")
+    for name in ("local", "staging", "prod"):
+        assert main(["validate", name]) == 0
+    assert capsys.readouterr().out.count(": valid (") == 3

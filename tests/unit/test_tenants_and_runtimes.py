@@ -1,0 +1,87 @@
+"""Tenant namespaces and approved runtimes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainyard.manifests import runtimes, tenants
+from trainyard.manifests.runtimes import RuntimeFileError
+
+from tests.conftest import ROOT, rendered, stack
+
+
+def test_tenant_namespace_enforces_psa_restricted_and_is_labelled() -> None:
+    ns = tenants.namespace_for(stack("prod").config.tenants[0])
+    labels = ns["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert labels["trainyard.dev/tenant"] == "llm-pretrain"
+
+
+def test_tenant_role_creates_and_watches_trainjobs_but_never_touches_runtimes_queues_or_quotas() -> None:
+    role = tenants.role_for(stack("prod").config.tenants[0])
+    granted = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert {"create", "watch"} <= granted[("trainer.kubeflow.org", "trainjobs")]
+    assert granted[("kueue.x-k8s.io", "workloads")] == {"get", "list", "watch"}
+    forbidden = {"clustertrainingruntimes", "trainingruntimes", "localqueues", "clusterqueues", "resourcequotas"}
+    assert not forbidden & {r for (_, r) in granted}
+
+
+def test_role_binding_binds_the_tenant_groups() -> None:
+    binding = tenants.role_binding_for(stack("prod").config.tenants[0])
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ml-pretrain"}]
+
+
+def test_resource_quota_caps_gpus_at_nominal_plus_borrowing() -> None:
+    config = stack("prod").config
+    assistant = next(t for t in config.tenants if t.name == "assistant")
+    hard = tenants.resource_quota_for(config, assistant)["spec"]["hard"]
+    assert hard["requests.nvidia.com/gpu"] == str((32 + 32) + (32 + 16) + (8 + 8))
+    assert hard["count/trainjobs.trainer.kubeflow.org"] == "50"
+
+
+def test_runtimes_are_approved_labelled_and_get_the_topology_annotation() -> None:
+    objects = {o["metadata"]["name"]: o for o in rendered("prod").by_kind("ClusterTrainingRuntime")}
+    assert sorted(objects) == ["deepspeed-mpi", "lora-finetune", "torch-distributed"]
+    torch = objects["torch-distributed"]
+    assert torch["metadata"]["labels"]["trainyard.dev/approved-runtime"] == "true"
+    pod_meta = torch["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]
+    assert pod_meta["annotations"] == {"kueue.x-k8s.io/podset-preferred-topology": "network.trainyard.dev/rack"}
+
+
+def test_runtime_pods_are_restricted() -> None:
+    for runtime in rendered("prod").by_kind("ClusterTrainingRuntime"):
+        for field, container in runtimes.containers_of(runtime):
+            ctx = container["securityContext"]
+            assert ctx["allowPrivilegeEscalation"] is False, field
+            assert ctx["capabilities"] == {"drop": ["ALL"]}, field
+            assert ctx["runAsNonRoot"] is True, field
+            assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}, field
+
+
+def test_runtime_from_unapproved_registry_is_refused(tmp_path: Path) -> None:
+    config = stack("local").config
+    source = (ROOT / "runtimes" / "torch-distributed.yaml").read_text()
+    bad = tmp_path / "torch-distributed.yaml"
+    bad.write_text(source.replace("registry.trainyard.internal/pytorch", "docker.io/pytorch"))
+    with pytest.raises(RuntimeFileError, match=r"containers\[0\]\.image: 'docker.io/pytorch.*not from an approved registry"):
+        runtimes.load_runtime(bad, config)
+
+
+def test_runtime_image_without_digest_is_refused(tmp_path: Path) -> None:
+    config = stack("local").config
+    source = (ROOT / "runtimes" / "torch-distributed.yaml").read_text()
+    bad = tmp_path / "torch-distributed.yaml"
+    digest = source.split("@sha256:")[1].split("\n")[0]
+    bad.write_text(source.replace(f"@sha256:{digest}", ":latest"))
+    with pytest.raises(RuntimeFileError, match="not pinned by digest"):
+        runtimes.load_runtime(bad, config)
+
+
+def test_runtime_name_must_match_its_file(tmp_path: Path) -> None:
+    config = stack("local").config
+    bad = tmp_path / "other.yaml"
+    bad.write_text((ROOT / "runtimes" / "torch-distributed.yaml").read_text())
+    with pytest.raises(RuntimeFileError, match="must equal the file name 'other'"):
+        runtimes.load_runtime(bad, config)
