@@ -100,7 +100,9 @@ class Validator:
         self._validators: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
 
     def knows(self, api_version: str, kind: str) -> bool:
-        return (api_version, kind) in self._crd_schemas or _builtin_schema_path(self.kubernetes_version, api_version, kind).is_file()
+        if (api_version, kind) in self._crd_schemas:
+            return True
+        return _builtin_schema_path(self.kubernetes_version, api_version, kind).is_file()
 
     def _validator(self, api_version: str, kind: str) -> jsonschema.protocols.Validator:
         key = (api_version, kind)

@@ -15,10 +15,9 @@ import pytest
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from tests.conftest import STACKS, rendered, stack
 from trainyard.manifests import kueue
 from trainyard.schemas import Validator, strict_crd_schema
-
-from tests.conftest import STACKS, rendered, stack
 
 
 @pytest.fixture(scope="module")

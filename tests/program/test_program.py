@@ -17,10 +17,9 @@ import pulumi
 import pytest
 import yaml
 
+from tests.conftest import ROOT, rendered
 from trainyard.components.kubernetes_object import KubernetesObject, type_token
 from trainyard.manifests.lifecycle import holds_data
-
-from tests.conftest import ROOT, rendered
 
 
 @dataclass

@@ -9,11 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import ROOT
 from trainyard.cli import main
 from trainyard.config import ConfigError, validate_platform
 from trainyard.config.load import parse_stack_text
-
-from tests.conftest import ROOT
 
 BROKEN = ROOT / "tests" / "fixtures" / "broken-stacks"
 LOCAL = ROOT / "stacks" / "Pulumi.local.yaml"

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from tests.conftest import rendered, stack
 from trainyard.manifests import kueue
 from trainyard.quantity import parse_quantity
-
-from tests.conftest import rendered, stack
 
 
 def by_name(objects: list[dict], kind: str) -> dict[str, dict]:

@@ -7,11 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import rendered, stack
 from trainyard.cli import main
 from trainyard.manifests import RenderedPlatform
 from trainyard.review.render import REDACTED, redact, rendered_files, write_rendered
-
-from tests.conftest import rendered, stack
 
 
 def test_same_input_gives_byte_identical_files(tmp_path: Path) -> None:

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ROOT, rendered, stack
 from trainyard.manifests import runtimes, tenants
 from trainyard.manifests.runtimes import RuntimeFileError
-
-from tests.conftest import ROOT, rendered, stack
 
 
 def test_tenant_namespace_enforces_psa_restricted_and_is_labelled() -> None:

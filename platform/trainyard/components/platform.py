@@ -20,21 +20,22 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
+from trainyard.components.kubernetes_object import KubernetesObject
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import RenderedPlatform, render_platform
 from trainyard.manifests.installs import COMPONENT_LABEL, ChartRelease
 from trainyard.manifests.lifecycle import holds_data
 from trainyard.manifests.meta import TENANT_LABEL, Manifest
-from trainyard.components.kubernetes_object import KubernetesObject
 
 TYPE_PREFIX = "trainyard:platform"
 
 
-def _data_opts(config: PlatformConfig, obj: Manifest) -> dict[str, bool]:
-    """Lifecycle options for one object: data-holding objects survive destroy."""
-    if not holds_data(obj):
-        return {}
-    return {"retain_on_delete": True, "protect": config.lifecycle.protect_data}
+def _object_opts(config: PlatformConfig, obj: Manifest, parent: pulumi.Resource,
+                 depends_on: list[pulumi.Resource]) -> pulumi.ResourceOptions:
+    """Options for one object: data-holding objects survive destroy, and are protected where the stack says."""
+    data = holds_data(obj)
+    return pulumi.ResourceOptions(parent=parent, depends_on=depends_on, retain_on_delete=data,
+                                  protect=data and config.lifecycle.protect_data)
 
 
 class _Group(pulumi.ComponentResource):
@@ -45,8 +46,7 @@ class _Group(pulumi.ComponentResource):
         super().__init__(f"{TYPE_PREFIX}:{kind}", name, None, opts)
         self.resources: list[KubernetesObject] = []
         for obj in objects:
-            self.resources.append(KubernetesObject(obj, pulumi.ResourceOptions(
-                parent=self, depends_on=depends_on, **_data_opts(config, obj))))
+            self.resources.append(KubernetesObject(obj, _object_opts(config, obj, self, depends_on)))
         self.register_outputs({"count": len(self.resources)})
 
 
@@ -58,12 +58,9 @@ class Tenant(pulumi.ComponentResource):
         super().__init__(f"{TYPE_PREFIX}:Tenant", name, None, opts)
         namespaces = [o for o in objects if o["kind"] == "Namespace"]
         inside = [o for o in objects if o["kind"] != "Namespace"]
-        self.namespace = KubernetesObject(namespaces[0], pulumi.ResourceOptions(
-            parent=self, depends_on=depends_on, **_data_opts(config, namespaces[0])))
+        self.namespace = KubernetesObject(namespaces[0], _object_opts(config, namespaces[0], self, depends_on))
         self.resources = [self.namespace] + [
-            KubernetesObject(obj, pulumi.ResourceOptions(
-                parent=self, depends_on=[*depends_on, self.namespace], **_data_opts(config, obj)))
-            for obj in inside
+            KubernetesObject(obj, _object_opts(config, obj, self, [*depends_on, self.namespace])) for obj in inside
         ]
         self.register_outputs({"namespace": namespaces[0]["metadata"]["name"]})
 
@@ -82,8 +79,8 @@ class Controllers(pulumi.ComponentResource):
                 pulumi.log.info(f"{release.name}: controller is external on this stack; chart not installed",
                                 resource=self)
                 continue
-            namespace = KubernetesObject(by_name[release.namespace], pulumi.ResourceOptions(
-                parent=self, depends_on=depends_on, **_data_opts(config, by_name[release.namespace])))
+            namespace = KubernetesObject(by_name[release.namespace],
+                                         _object_opts(config, by_name[release.namespace], self, depends_on))
             chart = k8s.helm.v4.Chart(
                 release.name,
                 chart=release.chart,

@@ -145,9 +145,11 @@ def _child(node: yaml.Node | None, key: str | int) -> yaml.Node | None:
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
             if k.value == key:
-                return v if not isinstance(key, str) or not isinstance(v, yaml.ScalarNode) else v
+                found: yaml.Node = v
+                return found
     if isinstance(node, yaml.SequenceNode) and isinstance(key, int) and 0 <= key < len(node.value):
-        return node.value[key]
+        item: yaml.Node = node.value[key]
+        return item
     return None
 
 

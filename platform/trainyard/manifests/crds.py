@@ -35,7 +35,7 @@ class CrdUnavailable(Exception):
 
 def git_blob_sha(content: bytes) -> str:
     """The id git gives a file's content (``git hash-object``)."""
-    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()  # noqa: S324 - git's content id, not security
 
 
 def cache_dir() -> Path:
@@ -93,7 +93,7 @@ def _read_verified(config: PlatformConfig, release: catalog.Release, crd: catalo
     url = release.crd_url(crd)
     try:
         with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 - pinned https URL
-            content = response.read()
+            content = bytes(response.read())
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         raise CrdUnavailable(
             f"cannot fetch {url} ({exc}); on a machine without internet set TRAINYARD_CRDS_DIR "

@@ -31,7 +31,7 @@ def metadata(name: str, *, namespace: str | None = None, labels: dict[str, str] 
 
 def api_group(obj: Manifest) -> str:
     api_version: str = obj["apiVersion"]
-    return api_version.split("/")[0] if "/" in api_version else "core"
+    return api_version.split("/", maxsplit=1)[0] if "/" in api_version else "core"
 
 
 def object_key(obj: Manifest) -> tuple[str, str, str, str]:
@@ -42,5 +42,5 @@ def object_key(obj: Manifest) -> tuple[str, str, str, str]:
 
 def object_id(obj: Manifest) -> str:
     """A readable, stable id: ``Kind/name`` or ``Kind/namespace/name``."""
-    group, kind, namespace, name = object_key(obj)
+    _, kind, namespace, name = object_key(obj)
     return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
