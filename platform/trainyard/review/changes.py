@@ -38,7 +38,7 @@ CONCERNS: Final = (QUEUES, RUNTIMES, TENANTS, NETWORK, INSTALLS, OTHER)
 
 # Pulumi replaces secret values with this string in `preview --json`.
 # Ref: pulumi/pulumi pkg/backend/display/json.go (massagePropertyValue).
-PULUMI_SECRET = "[secret]"
+PULUMI_SECRET = "[secret]"  # noqa: S105 - a placeholder, not a password
 
 _RUNTIME_KINDS = frozenset({"ClusterTrainingRuntime", "TrainingRuntime", "ClusterServingRuntime", "ServingRuntime"})
 _QUOTA_KINDS = frozenset({"ResourceQuota", "LimitRange"})
@@ -129,6 +129,9 @@ def join_path(prefix: str, segment: str) -> str:
     return (prefix + segment).lstrip(".")
 
 
+_EMPTY_LIKE: Final[dict[type, Any]] = {dict: {}, list: []}
+
+
 def _named(items: Sequence[Any]) -> dict[str, Any] | None:
     """Items keyed by their ``name`` when every item is a mapping with a unique string name."""
     if not items or not all(isinstance(i, Mapping) and isinstance(i.get("name"), str) for i in items):
@@ -168,14 +171,17 @@ def diff_values(old: Any, new: Any, path: str = "", *, secret: bool = False) -> 
     if secret and (isinstance(old, str) or isinstance(new, str)):
         # Same rule as ``render.redact``: strings under credential-like keys are never shown.
         return [FieldChange(path or "(value)", _hidden(old), _hidden(new))]
-    if isinstance(old, Mapping) and isinstance(new, Mapping):
+    # A structure added or removed whole is listed leaf by leaf, like one that changed.
+    before = _EMPTY_LIKE.get(type(new), ABSENT) if old is ABSENT and new else old
+    after = _EMPTY_LIKE.get(type(old), ABSENT) if new is ABSENT and old else new
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
         out: list[FieldChange] = []
-        for key in sorted({*old, *new}, key=str):
-            out += diff_values(old.get(key, ABSENT), new.get(key, ABSENT), join_path(path, key_segment(str(key))),
+        for key in sorted({*before, *after}, key=str):
+            out += diff_values(before.get(key, ABSENT), after.get(key, ABSENT), join_path(path, key_segment(str(key))),
                                secret=is_secret_key(str(key)))
         return out
-    if isinstance(old, list) and isinstance(new, list):
-        return _diff_lists(old, new, path)
+    if isinstance(before, list) and isinstance(after, list):
+        return _diff_lists(before, after, path, whole=(old, new))
     if isinstance(old, str) and isinstance(new, str) and "\n" in old and "\n" in new:
         # Embedded YAML (e.g. the Kueue manager configuration handed to its chart) diffs by field.
         old_doc, new_doc = _yaml_mapping(old), _yaml_mapping(new)
@@ -184,15 +190,19 @@ def diff_values(old: Any, new: Any, path: str = "", *, secret: bool = False) -> 
     return [FieldChange(path or "(value)", _safe(old), _safe(new))]
 
 
-def _diff_lists(old: list[Any], new: list[Any], path: str) -> list[FieldChange]:
-    old_named, new_named = _named(old), _named(new)
+def _diff_lists(old: list[Any], new: list[Any], path: str, whole: tuple[Any, Any]) -> list[FieldChange]:
+    old_named, new_named = _named(old) if old else {}, _named(new) if new else {}
     if old_named is not None and new_named is not None:
         out: list[FieldChange] = []
         for name in sorted({*old_named, *new_named}):
-            out += diff_values(old_named.get(name, ABSENT), new_named.get(name, ABSENT), f"{path}[{name}]")
+            item_path = f"{path}[{name}]"
+            changes = diff_values(old_named.get(name, ABSENT), new_named.get(name, ABSENT), item_path)
+            whole_item = name not in old_named or name not in new_named
+            # The name of an item added or removed whole is already in its path.
+            out += [c for c in changes if not (whole_item and c.path == f"{item_path}.name")]
         return out
     if all(not isinstance(i, Mapping | list) for i in (*old, *new)):
-        return [FieldChange(path, _safe(old), _safe(new))]  # a list of scalars reads best whole
+        return [FieldChange(path, _safe(whole[0]), _safe(whole[1]))]  # a list of scalars reads best whole
     out = []
     for index in range(max(len(old), len(new))):
         before = old[index] if index < len(old) else ABSENT

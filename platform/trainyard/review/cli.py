@@ -1,0 +1,86 @@
+"""The review subcommands of ``trainyard``: ``diff`` and ``preview-comment``.
+
+Registered through ``trainyard.cli.EXTRA_COMMANDS`` when this module is imported. Bad input
+(an unknown revision, a stack file missing, a preview file of another format) ends with
+``error: ...`` on stderr and exit code 2, as everywhere in ``trainyard``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from trainyard.cli import EXIT_OK, EXTRA_COMMANDS, UsageError
+from trainyard.config.load import project_root
+from trainyard.review.diff import Review, review_against_revision, review_against_stack, review_to_dict
+from trainyard.review.markdown import to_markdown, to_text
+from trainyard.review.policy_delta import default_evaluator
+from trainyard.review.preview_comment import PreviewFormatError, load_preview, preview_review
+from trainyard.review.revision import RevisionError
+
+FORMATS = ("markdown", "text", "json")
+
+
+def format_review(review: Review, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(review_to_dict(review), indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    if fmt == "text":
+        return to_text(review)
+    return to_markdown(review)
+
+
+def _emit(text: str, out: str | None) -> None:
+    if out:
+        Path(out).write_text(text, encoding="utf-8")
+    else:
+        print(text, end="")
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    evaluator = None if args.no_policy else default_evaluator()
+    root = project_root()
+    try:
+        if args.against:
+            review = review_against_stack(args.stack, args.against, root, evaluator=evaluator)
+        else:
+            review = review_against_revision(args.stack, args.base, root, evaluator=evaluator)
+    except RevisionError as exc:
+        raise UsageError(str(exc)) from None
+    _emit(format_review(review, args.format), args.out)
+    return EXIT_OK
+
+
+def _cmd_preview_comment(args: argparse.Namespace) -> int:
+    try:
+        preview = load_preview(Path(args.file), Path(args.events) if args.events else None)
+    except PreviewFormatError as exc:
+        raise UsageError(str(exc)) from None
+    _emit(format_review(preview_review(preview), args.format), args.out)
+    return EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    help_text = "review a change: per-object diff, capacity, charts and policy results, as Markdown for a pull request"
+    diff = subparsers.add_parser("diff", help=help_text, description=help_text)
+    diff.add_argument("stack", metavar="STACK", help="stack name (prod = stacks/Pulumi.prod.yaml) or path")
+    base = diff.add_mutually_exclusive_group(required=True)
+    base.add_argument("--base", metavar="REV", help="git revision to compare the work tree against (e.g. origin/main)")
+    base.add_argument("--against", metavar="STACK", help="another stack of this tree as the base (promotion review)")
+    diff.add_argument("--format", choices=FORMATS, default="markdown", help="output format (default: markdown)")
+    diff.add_argument("--out", metavar="FILE", help="write the review to FILE instead of stdout")
+    diff.add_argument("--no-policy", action="store_true", help="leave out the policy results")
+    diff.set_defaults(func=_cmd_diff)
+
+    help_text = "turn `pulumi preview --diff --json` output into the same review, for CI to post on a pull request"
+    comment = subparsers.add_parser("preview-comment", help=help_text, description=help_text)
+    comment.add_argument("file", metavar="FILE", help="JSON of `pulumi preview --json`, or an engine event log")
+    comment.add_argument("--events", metavar="FILE",
+                         help="engine event log of the same preview (`pulumi preview --event-log FILE`) for policy events")
+    comment.add_argument("--format", choices=FORMATS, default="markdown", help="output format (default: markdown)")
+    comment.add_argument("--out", metavar="FILE", help="write the review to FILE instead of stdout")
+    comment.set_defaults(func=_cmd_preview_comment)
+
+
+if register not in EXTRA_COMMANDS:
+    EXTRA_COMMANDS.append(register)

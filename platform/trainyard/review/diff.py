@@ -1,0 +1,316 @@
+"""``trainyard diff``: a review of what a change does to a stack, built offline from renders.
+
+Two sides, each a stack config and its rendered platform (or nothing, where the stack file
+does not exist yet), become one ``Review``: per object added, removed or changed with the
+fields that moved; chart releases as objects of their own; the capacity table before and
+after; policy results that changed; and a few sentences on top that say what an admin
+approves ("`team-a` h100 nominal quota 16 -> 24 (+8)").
+
+The sides come from a git revision (``--base REV``, through a temporary worktree) or from
+another stack of the same tree (``--against STACK``, a promotion review).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainyard import catalog
+from trainyard.config import ConfigError, PlatformConfig
+from trainyard.manifests import RenderedPlatform
+from trainyard.manifests.installs import ChartRelease
+from trainyard.manifests.meta import Manifest
+from trainyard.project import Stack, open_stack
+from trainyard.review import revision
+from trainyard.review.capacity_delta import CapacityDelta, capacity_delta, capacity_highlights
+from trainyard.review.changes import (
+    ABSENT,
+    ACTIONS,
+    CONCERNS,
+    NETWORK,
+    FieldChange,
+    ObjectChange,
+    diff_objects,
+)
+from trainyard.review.policy_delta import Evaluator, PolicyDelta, PolicyResult, policy_delta
+from trainyard.review.values import arrow, compact
+
+Renderer = Callable[[Stack], RenderedPlatform]
+CHART_API = "helm.sh/v3"
+
+_GPU_QUOTA = re.compile(
+    r"^spec\.resourceGroups\[\d+\]\.flavors\[(?P<flavor>[^\]]+)\]\.resources\[(?P<resource>[^\]]+)\]\."
+    r"(?P<field>nominalQuota|borrowingLimit|lendingLimit)$"
+)
+_QUOTA_WORDS = {"nominalQuota": "nominal quota", "borrowingLimit": "borrowing limit", "lendingLimit": "lending limit"}
+_CONTAINER_IMAGE = re.compile(r"(?:initContainers|containers)\[(?P<container>[^\]]+)\]\.image$")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a review: a label, and the stack's config and render (None where the stack did not exist)."""
+
+    label: str
+    config: PlatformConfig | None = None
+    rendered: RenderedPlatform | None = None
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    severity: str
+    message: str
+    subject: str = ""
+
+
+@dataclass(frozen=True)
+class Review:
+    """Everything a review prints, in the order it prints it; plain data, already redacted."""
+
+    title: str
+    base: str
+    head: str
+    changes: tuple[ObjectChange, ...]
+    unchanged: int
+    highlights: tuple[str, ...]
+    capacity: CapacityDelta | None = None
+    policy: PolicyDelta | None = None
+    plan: dict[str, int] | None = None
+    violations: tuple[PolicyResult, ...] = ()
+    diagnostics: tuple[Diagnostic, ...] = ()
+    notes: tuple[str, ...] = ()
+    marker: str = "trainyard-review"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        counted = Counter(c.action for c in self.changes)
+        return {action: counted[action] for action in ACTIONS}
+
+    def by_concern(self) -> list[tuple[str, list[ObjectChange]]]:
+        return [(concern, [c for c in self.changes if c.concern == concern]) for concern in CONCERNS
+                if any(c.concern == concern for c in self.changes)]
+
+    def chart_bumps(self) -> list[tuple[str, Any, Any]]:
+        return sorted((c.name, f.old, f.new) for c in self.changes if c.kind == "Chart"
+                      for f in c.fields if f.path == "version")
+
+
+def release_manifest(release: ChartRelease) -> Manifest:
+    """A chart release as a pseudo-object, so its version and values diff like any other object."""
+    doc = release.as_document()
+    doc.pop("release", None)
+    return {"apiVersion": CHART_API, "kind": "Chart", "metadata": {"name": release.name}, **doc}
+
+
+def objects_of(side: Side) -> list[Manifest]:
+    if side.rendered is None:
+        return []
+    return [*side.rendered.all_objects, *(release_manifest(r) for r in side.rendered.releases)]
+
+
+def review_platforms(base: Side, head: Side, *, title: str, evaluator: Evaluator | None = None,
+                     notes: Sequence[str] = (), marker: str = "trainyard-review") -> Review:
+    """The review of ``base -> head``; ``evaluator`` (the policy rules) adds the policy section."""
+    changes, unchanged = diff_objects(objects_of(base), objects_of(head))
+    capacity = capacity_delta(base.config, head.config) if base.config or head.config else None
+    policy = None
+    if evaluator is not None:
+        before = evaluator(base.config, base.rendered) if base.config and base.rendered else []
+        after = evaluator(head.config, head.rendered) if head.config and head.rendered else []
+        policy = policy_delta(before, after)
+    highlights = highlights_for(changes, capacity, policy)
+    return Review(title, base.label, head.label, tuple(changes), unchanged, tuple(highlights), capacity, policy,
+                  notes=tuple(notes), marker=marker)
+
+
+def highlights_for(changes: Sequence[ObjectChange], capacity: CapacityDelta | None,
+                   policy: PolicyDelta | None) -> list[str]:
+    """The sentences an admin reads first. Quotas come from the configs where there are some."""
+    lines = capacity_highlights(capacity) if capacity is not None else queue_highlights(changes)
+    lines += runtime_highlights(changes)
+    lines += chart_highlights(changes)
+    lines += security_highlights(changes)
+    if policy is not None and policy.changed:
+        lines.append(policy_highlight(policy.new, policy.fixed))
+    return lines
+
+
+def queue_highlights(changes: Sequence[ObjectChange]) -> list[str]:
+    """Tenants and GPU quotas read from the objects themselves (a Pulumi preview has no config)."""
+    lines: list[str] = []
+    for change in changes:
+        tenant = change.tenant
+        if change.kind == "Namespace" and tenant and change.action in ("added", "removed"):
+            lines.append(f"tenant `{tenant}` {change.action} (namespace `{change.name}`)")
+        if change.kind != "ClusterQueue":
+            continue
+        for f in change.fields:
+            match = _GPU_QUOTA.match(f.path)
+            if match and match["resource"] == catalog.GPU_RESOURCE:
+                lines.append(f"`{change.name}` {match['flavor']} {_QUOTA_WORDS[match['field']]} {arrow(f.old, f.new)}")
+    return lines
+
+
+def _image_parts(image: Any) -> tuple[str, str]:
+    text = "" if image is ABSENT else str(image)
+    repo, _, digest = text.partition("@")
+    return repo, digest
+
+
+def _short_image(image: Any) -> str:
+    repo, digest = _image_parts(image)
+    return f"{repo}@{digest[:19]}" if digest else compact(image)
+
+
+def runtime_highlights(changes: Sequence[ObjectChange]) -> list[str]:
+    lines: list[str] = []
+    for change in changes:
+        if change.kind not in ("ClusterTrainingRuntime", "ClusterServingRuntime"):
+            continue
+        noun = "runtime" if change.kind == "ClusterTrainingRuntime" else "serving runtime"
+        if change.action != "changed":
+            lines.append(f"{noun} `{change.name}` {change.action}")
+            continue
+        images = [(m["container"], f) for f in change.fields if (m := _CONTAINER_IMAGE.search(f.path))]
+        for container, f in images:
+            (old_repo, old_digest), (new_repo, new_digest) = _image_parts(f.old), _image_parts(f.new)
+            if old_repo == new_repo and old_digest and new_digest:
+                lines.append(f"{noun} `{change.name}` image digest changed (`{container}`: "
+                             f"`{old_digest[:19]}` -> `{new_digest[:19]}`)")
+            else:
+                lines.append(f"{noun} `{change.name}` image changed (`{container}`: "
+                             f"`{_short_image(f.old)}` -> `{_short_image(f.new)}`)")
+        others = len(change.fields) - len(images)
+        if others:
+            lines.append(f"{noun} `{change.name}`: {others} other field{'s' if others != 1 else ''} changed")
+    return lines
+
+
+def chart_highlights(changes: Sequence[ObjectChange]) -> list[str]:
+    lines: list[str] = []
+    for change in changes:
+        if change.kind != "Chart":
+            continue
+        if change.action != "changed":
+            lines.append(f"chart `{change.name}` {change.action}")
+            continue
+        version = next((f for f in change.fields if f.path == "version"), None)
+        if version is not None:
+            lines.append(f"chart `{change.name}` version {arrow(version.old, version.new)}")
+        values = [f for f in change.fields if f.path.startswith("values")]
+        if values:
+            lines.append(f"chart `{change.name}`: {len(values)} value{'s' if len(values) != 1 else ''} changed")
+    return lines
+
+
+def security_highlights(changes: Sequence[ObjectChange]) -> list[str]:
+    counted = Counter((c.kind, c.action) for c in changes if c.concern == NETWORK)
+    if not counted:
+        return []
+    parts = ", ".join(f"{kind} {n} {action}" for (kind, action), n in sorted(counted.items()))
+    return [f"network and security: {parts}"]
+
+
+def policy_highlight(new: Sequence[PolicyResult], fixed: Sequence[PolicyResult]) -> str:
+    severities = Counter(r.severity for r in new)
+    detail = f" ({', '.join(f'{n} {s}' for s, n in sorted(severities.items()))})" if severities else ""
+    return f"policy: {len(new)} new violation{'s' if len(new) != 1 else ''}{detail}, {len(fixed)} fixed"
+
+
+# --- the two ways to get sides --------------------------------------------------------------
+
+
+def _side(label: str, stack: Stack, render: Renderer) -> Side:
+    return Side(label, stack.config, render(stack))
+
+
+def review_against_revision(stack: str, rev: str, root: Path, *, evaluator: Evaluator | None = None,
+                            render: Renderer = Stack.render) -> Review:
+    """``STACK`` at ``rev`` (base) against the work tree (head)."""
+    resolved = revision.resolve(root, rev)
+    repo = revision.repository_root(root)
+    relative = revision.relative_stack_path(stack, root, repo)
+    head_stack = open_stack(stack, root)
+    notes: list[str] = []
+    with revision.worktree(root, resolved) as tree:
+        base_root = tree / root.resolve().relative_to(repo)
+        base_file = tree / relative
+        if base_file.is_file():
+            try:
+                base = _side(resolved.label, open_stack(str(base_file), base_root), render)
+            except ConfigError as exc:
+                problems = "; ".join(p.render(str(relative)) for p in exc.problems)
+                raise revision.RevisionError(f"stack {relative} at {rev} does not load: {problems}") from None
+        else:
+            base = Side(resolved.label)
+            notes.append(f"`{relative}` does not exist at {resolved.label}: everything is added.")
+    head = _side("work tree", head_stack, render)
+    return review_platforms(base, head, title=f"{head_stack.name}: {resolved.label} -> work tree",
+                            evaluator=evaluator, notes=notes, marker=f"trainyard-diff:{head_stack.name}")
+
+
+def review_against_stack(stack: str, against: str, root: Path, *, evaluator: Evaluator | None = None,
+                         render: Renderer = Stack.render) -> Review:
+    """Promotion review: what ``against`` (base, e.g. prod) would become to match ``stack`` (e.g. staging)."""
+    head_stack, base_stack = open_stack(stack, root), open_stack(against, root)
+    base = _side(base_stack.name, base_stack, render)
+    head = _side(head_stack.name, head_stack, render)
+    return review_platforms(base, head, title=f"{head_stack.name} against {base_stack.name}",
+                            evaluator=evaluator, marker=f"trainyard-diff:{head_stack.name}:{base_stack.name}")
+
+
+def review_to_dict(review: Review) -> dict[str, Any]:
+    """The review as JSON-ready data (``--format json``): absent values are left out."""
+
+    def field_dict(f: FieldChange) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": f.path}
+        if f.old is not ABSENT:
+            out["old"] = f.old
+        if f.new is not ABSENT:
+            out["new"] = f.new
+        return out
+
+    out: dict[str, Any] = {
+        "title": review.title,
+        "base": review.base,
+        "head": review.head,
+        "counts": {**review.counts(), "unchanged": review.unchanged},
+        "highlights": list(review.highlights),
+        "notes": list(review.notes),
+        "changes": [
+            {"action": c.action, "id": c.id, "group": c.group, "kind": c.kind, "namespace": c.namespace,
+             "name": c.name, "concern": c.concern, "tenant": c.tenant, "note": c.note,
+             "fields": [field_dict(f) for f in c.fields]}
+            for c in review.changes
+        ],
+        "chart_bumps": [{"chart": name, "old": compact(old), "new": compact(new)}
+                        for name, old, new in review.chart_bumps()],
+    }
+    if review.capacity is not None:
+        out["capacity"] = {
+            "flavors": [{"flavor": f.flavor, "physical": list(f.physical), "committed": list(f.committed)}
+                        for f in review.capacity.flavors],
+            "quotas": [{"flavor": q.flavor, "tenant": q.tenant, "old": _quota(q.old), "new": _quota(q.new)}
+                       for q in review.capacity.quotas if q.changed],
+        }
+    if review.policy is not None:
+        out["policy"] = {"new": [vars(r) for r in review.policy.new], "fixed": [vars(r) for r in review.policy.fixed],
+                         "unchanged": review.policy.unchanged}
+    if review.plan is not None:
+        out["plan"] = dict(sorted(review.plan.items()))
+    if review.violations:
+        out["violations"] = [vars(v) for v in review.violations]
+    if review.diagnostics:
+        out["diagnostics"] = [vars(d) for d in review.diagnostics]
+    out.update(review.extra)
+    return out
+
+
+def _quota(quota: Any) -> dict[str, Any] | None:
+    if quota is None:
+        return None
+    return {"cohort": quota.cohort, "nominal": quota.nominal, "borrowing_limit": quota.borrowing_limit,
+            "lending_limit": quota.lending_limit}

@@ -1,0 +1,59 @@
+"""How a value reads in a review line: compact, one line, with the delta of numbers.
+
+``16 -> 24 (+8)``, ``unlimited -> 32``, ``(absent) -> {"port": 53}``. Long values are cut
+with an ellipsis; the JSON output keeps them whole.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Final
+
+from trainyard.review.changes import ABSENT
+
+MAX_VALUE_CHARS: Final = 120
+_BARE = re.compile(r"^[A-Za-z0-9_./:@+=%-]+$")
+_LOOKS_TYPED = re.compile(r"^(true|false|null|yes|no|-?[0-9.]+)$", re.IGNORECASE)
+
+
+def compact(value: Any, limit: int = MAX_VALUE_CHARS) -> str:
+    """One line for any value; strings bare where that cannot be mistaken for another type."""
+    if value is ABSENT:
+        text = "(absent)"
+    elif isinstance(value, bool) or value is None:
+        text = json.dumps(value)
+    elif isinstance(value, int | float):
+        text = str(value)
+    elif isinstance(value, str):
+        bare = _BARE.match(value) and not _LOOKS_TYPED.match(value)
+        text = value if bare else json.dumps(value, ensure_ascii=False)
+    else:
+        text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "), default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def delta(old: Any, new: Any) -> str:
+    """`` (+8)`` between two integers (not booleans), else nothing."""
+    if isinstance(old, int) and isinstance(new, int) and not isinstance(old, bool) and not isinstance(new, bool):
+        return f" ({new - old:+d})"
+    return ""
+
+
+def arrow(old: Any, new: Any) -> str:
+    """``old -> new (+d)``, or just the value when it did not change."""
+    if old == new:
+        return compact(old)
+    return f"{compact(old)} -> {compact(new)}{delta(old, new)}"
+
+
+def limit_text(value: int | None) -> str:
+    """A Kueue borrowing or lending limit; unset means no limit."""
+    return "unlimited" if value is None else str(value)
+
+
+def limit_arrow(old: int | None, new: int | None) -> str:
+    if old == new:
+        return limit_text(old)
+    suffix = delta(old, new) if old is not None and new is not None else ""
+    return f"{limit_text(old)} -> {limit_text(new)}{suffix}"
