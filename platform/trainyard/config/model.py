@@ -367,7 +367,7 @@ class PlatformConfig(Model):
         return next(p for p in self.gpu_pools if p.name == name)
 
     @model_validator(mode="after")
-    def _cross_field(self) -> PlatformConfig:
+    def _cross_field(self) -> PlatformConfig:  # noqa: PLR0912 - one place for every cross-field rule
         _unique("gpu_pools", [p.name for p in self.gpu_pools])
         _unique("cohorts", [c.name for c in self.cohorts])
         _unique("tenants", [t.name for t in self.tenants])

@@ -55,7 +55,8 @@ class Endpoint(Model):
     """
 
     namespace: Name | None = Field(default=None, description="Namespace of the serving pods (in-cluster service).")
-    pod_labels: Labels = Field(default_factory=dict, description="Labels of the serving pods; empty = every pod of the namespace.")
+    pod_labels: Labels = Field(default_factory=dict,
+                               description="Labels of the serving pods; empty = every pod of the namespace.")
     cidrs: tuple[Cidr, ...] = Field(default=(), description="External networks (an S3 endpoint outside the cluster).")
     ports: tuple[Port, ...] = Field(min_length=1, description="TCP ports of the serving pods or hosts.")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import crds, installs, kueue, runtimes, tenants
+from trainyard.manifests import admission, crds, installs, kueue, network, runtimes, tenants
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest, object_id, object_key
 
@@ -42,7 +42,8 @@ class RenderError(Exception):
 def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None = None) -> RenderedPlatform:
     try:
         crd_docs = crds.load_crds(config, CRD_COMPONENTS, stack_dir)
-        objects = installs.namespaces(config) + kueue.build(config) + runtimes.build(config, root) + tenants.build(config)
+        objects = (installs.namespaces(config) + kueue.build(config) + runtimes.build(config, root)
+                   + tenants.build(config) + network.build(config) + admission.build(config))
     except (crds.CrdUnavailable, runtimes.RuntimeFileError) as exc:
         raise RenderError(str(exc)) from None
     _check_unique(crd_docs + objects)

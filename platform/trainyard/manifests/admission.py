@@ -1,0 +1,183 @@
+"""Admission at run time: ValidatingAdmissionPolicies hold tenants to the rules reviewed in pull requests.
+
+Pull-request review (``trainyard check``) sees what the platform team declares and what a tenant
+proposes in a PR; it cannot see what a tenant submits with ``kubectl`` later. The API server
+can, with no extra operator: a ValidatingAdmissionPolicy is a CEL program the API server runs
+on each matching request, and its Binding says where and with what effect (Deny).
+
+Policies (each bound to every namespace labelled ``trainyard.dev/tenant``):
+
+- ``trainyard-trainjob-queue``: a TrainJob's ``kueue.x-k8s.io/queue-name`` names the LocalQueue
+  of its namespace. The LocalQueue is the policy's *param* (paramKind LocalQueue, paramRef name
+  ``default``, looked up in the TrainJob's namespace): the check compares against a real object,
+  and ``parameterNotFoundAction: Deny`` fails closed where the queue is missing. A label selector
+  on LocalQueues would not do: with several params, the API server requires the expression to
+  pass for each of them. A namespace label naming the queue was the alternative; it would only
+  repeat what the LocalQueue itself says, and could drift from it.
+- ``trainyard-trainjob-runtime``: ``runtimeRef`` names an approved ClusterTrainingRuntime (or, for
+  tenants the stack allows, a TrainingRuntime of their own namespace).
+- ``trainyard-trainjob-image`` and ``trainyard-pod-images``: images come from approved registries.
+  The pod policy is the backstop for every way a pod reaches a tenant namespace (a runtime, a
+  runtime patch, a bare pod), so TrainingRuntimes need no CEL walk over their templates.
+- ``trainyard-training-runtimes``: only tenants the stack allows create TrainingRuntimes. Tenants'
+  RBAC already omits them; this holds for anyone else acting in a tenant namespace too.
+
+CEL is kept to plain comparisons, ``in``, ``exists``/``all`` and ``startsWith`` so that it reads
+like the rule it states. The values (registries, runtimes, tenants) are list literals rendered
+from the stack, so a change to them is a reviewed diff of the policy itself.
+
+Ref: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from trainyard import catalog
+from trainyard.config.model import PlatformConfig
+from trainyard.manifests.meta import DEFAULT_LOCAL_QUEUE, QUEUE_NAME_LABEL, TENANT_LABEL, Manifest, metadata
+
+API = "admissionregistration.k8s.io/v1"
+TRAINER_GROUP, TRAINER_VERSION = catalog.TRAINER_API.split("/")
+CREATE_UPDATE = ["CREATE", "UPDATE"]
+
+
+def cel_list(values: tuple[str, ...] | list[str]) -> str:
+    """A CEL list literal of strings; JSON string escaping is valid CEL string escaping."""
+    return "[" + ", ".join(json.dumps(v) for v in values) + "]"
+
+
+def _rule(group: str, version: str, resource: str) -> dict[str, Any]:
+    return {"apiGroups": [group], "apiVersions": [version], "resources": [resource], "operations": CREATE_UPDATE}
+
+
+def _policy(name: str, rules: list[dict[str, Any]], validations: list[dict[str, str]],
+            variables: list[dict[str, str]] | None = None, param_kind: dict[str, str] | None = None) -> Manifest:
+    spec: dict[str, Any] = {"failurePolicy": "Fail"}
+    if param_kind is not None:
+        spec["paramKind"] = param_kind
+    spec["matchConstraints"] = {"resourceRules": rules}
+    if variables:
+        spec["variables"] = variables
+    spec["validations"] = [{**v, "reason": "Forbidden"} for v in validations]
+    return {"apiVersion": API, "kind": "ValidatingAdmissionPolicy", "metadata": metadata(name), "spec": spec}
+
+
+def binding_for(policy: Manifest) -> Manifest:
+    name = policy["metadata"]["name"]
+    spec: dict[str, Any] = {"policyName": name, "validationActions": ["Deny"]}
+    if "paramKind" in policy["spec"]:
+        # Params are looked up in the namespace of the object under admission when no namespace is set.
+        spec["paramRef"] = {"name": DEFAULT_LOCAL_QUEUE, "parameterNotFoundAction": "Deny"}
+    spec["matchResources"] = {"namespaceSelector": {"matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]}}
+    return {"apiVersion": API, "kind": "ValidatingAdmissionPolicyBinding", "metadata": metadata(name), "spec": spec}
+
+
+def trainjob_queue_policy() -> Manifest:
+    kueue_group, kueue_version = catalog.KUEUE_API.split("/")
+    label = json.dumps(QUEUE_NAME_LABEL)
+    return _policy(
+        "trainyard-trainjob-queue",
+        [_rule(TRAINER_GROUP, TRAINER_VERSION, "trainjobs")],
+        variables=[{"name": "queue", "expression": f"has(object.metadata.labels) && {label} in object.metadata.labels"
+                                                   f" ? object.metadata.labels[{label}] : ''"}],
+        validations=[{
+            "expression": "variables.queue == params.metadata.name",
+            "messageExpression": f"'label ' + {label} + ' must name the LocalQueue ' + params.metadata.name"
+                                 " + ' of this namespace, not \"' + variables.queue + '\"'",
+        }],
+        param_kind={"apiVersion": f"{kueue_group}/{kueue_version}", "kind": "LocalQueue"},
+    )
+
+
+def trainjob_runtime_policy(config: PlatformConfig) -> Manifest:
+    own_runtimes = [t.namespace_name for t in config.tenants if t.name in config.security.admission.training_runtime_tenants]
+    return _policy(
+        "trainyard-trainjob-runtime",
+        [_rule(TRAINER_GROUP, TRAINER_VERSION, "trainjobs")],
+        variables=[
+            {"name": "approved", "expression": cel_list(config.runtimes.approved)},
+            {"name": "ownRuntimeNamespaces", "expression": cel_list(own_runtimes)},
+            # The CRD defaults kind to ClusterTrainingRuntime; defaulting runs before validation.
+            {"name": "kind", "expression": "has(object.spec.runtimeRef.kind) ? object.spec.runtimeRef.kind"
+                                           " : 'ClusterTrainingRuntime'"},
+        ],
+        validations=[{
+            "expression": "variables.kind == 'ClusterTrainingRuntime' ? object.spec.runtimeRef.name in variables.approved"
+                          " : variables.kind == 'TrainingRuntime' && namespaceObject.metadata.name"
+                          " in variables.ownRuntimeNamespaces",
+            "messageExpression": "'runtimeRef must name an approved ClusterTrainingRuntime (' + "
+                                 "variables.approved.join(', ') + '), not ' + variables.kind + ' '"
+                                 " + object.spec.runtimeRef.name",
+        }],
+    )
+
+
+def _registries(config: PlatformConfig) -> dict[str, str]:
+    return {"name": "registries", "expression": cel_list(config.runtimes.approved_registries)}
+
+
+def trainjob_image_policy(config: PlatformConfig) -> Manifest:
+    return _policy(
+        "trainyard-trainjob-image",
+        [_rule(TRAINER_GROUP, TRAINER_VERSION, "trainjobs")],
+        variables=[_registries(config)],
+        validations=[{
+            "expression": "!has(object.spec.trainer) || !has(object.spec.trainer.image)"
+                          " || variables.registries.exists(r, object.spec.trainer.image.startsWith(r))",
+            "messageExpression": "'spec.trainer.image ' + object.spec.trainer.image"
+                                 " + ' is not from an approved registry (' + variables.registries.join(', ') + ')'",
+        }],
+    )
+
+
+def pod_image_policy(config: PlatformConfig) -> Manifest:
+    def images(field: str) -> str:
+        return f"(has(object.spec.{field}) ? object.spec.{field}.map(c, c.image) : [])"
+
+    return _policy(
+        "trainyard-pod-images",
+        [_rule("", "v1", "pods")],
+        variables=[
+            _registries(config),
+            {"name": "images", "expression": "object.spec.containers.map(c, c.image) + "
+                                             + images("initContainers") + " + " + images("ephemeralContainers")},
+            {"name": "unapproved", "expression": "variables.images.filter(i,"
+                                                 " !variables.registries.exists(r, i.startsWith(r)))"},
+        ],
+        validations=[{
+            "expression": "size(variables.unapproved) == 0",
+            "messageExpression": "'images not from an approved registry (' + variables.registries.join(', ')"
+                                 " + '): ' + variables.unapproved.join(', ')",
+        }],
+    )
+
+
+def training_runtimes_policy(config: PlatformConfig) -> Manifest:
+    allowed = list(config.security.admission.training_runtime_tenants)
+    label = json.dumps(TENANT_LABEL)
+    return _policy(
+        "trainyard-training-runtimes",
+        [_rule(TRAINER_GROUP, TRAINER_VERSION, "trainingruntimes")],
+        variables=[{"name": "allowedTenants", "expression": cel_list(allowed)}],
+        validations=[{
+            "expression": f"namespaceObject.metadata.labels[{label}] in variables.allowedTenants",
+            "messageExpression": f"'tenant ' + namespaceObject.metadata.labels[{label}] + ' may not define"
+                                 " TrainingRuntimes; use an approved ClusterTrainingRuntime'",
+        }],
+    )
+
+
+def policies(config: PlatformConfig) -> list[Manifest]:
+    return [trainjob_queue_policy(), trainjob_runtime_policy(config), trainjob_image_policy(config),
+            pod_image_policy(config), training_runtimes_policy(config)]
+
+
+def build(config: PlatformConfig) -> list[Manifest]:
+    if not config.security.admission.enabled:
+        return []
+    out: list[Manifest] = []
+    for policy in policies(config):
+        out += [policy, binding_for(policy)]
+    return out

@@ -1,0 +1,119 @@
+"""Where pods hide in manifests: the pod specs and containers of every workload kind.
+
+A Deployment, a JobSet and a ClusterTrainingRuntime all carry pod templates at different
+depths; the rules should not care. A TrainJob carries no pod template but two things that end
+up in one: ``spec.trainer`` (image, env, resources of the trainer container) and
+``spec.runtimePatches`` (security contexts, volumes, env patched into the runtime's pods).
+Those are *partial*: what they leave out comes from the reviewed runtime, so rules flag only
+what they set, never what they omit.
+
+Manifests come from tenants' pull requests too, so every accessor tolerates the wrong type
+where a field should be (the schema check reports those; a rule must not crash on them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from trainyard.manifests.meta import Manifest
+
+_JOB_POD = ("template", "spec", "template", "spec")
+# Field paths from the object root to each pod spec; "*" walks every item of a list.
+POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
+    "Pod": ("spec",),
+    "Deployment": ("spec", "template", "spec"),
+    "StatefulSet": ("spec", "template", "spec"),
+    "DaemonSet": ("spec", "template", "spec"),
+    "ReplicaSet": ("spec", "template", "spec"),
+    "ReplicationController": ("spec", "template", "spec"),
+    "Job": ("spec", "template", "spec"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+    "JobSet": ("spec", "replicatedJobs", "*", *_JOB_POD),
+    "ClusterTrainingRuntime": ("spec", "template", "spec", "replicatedJobs", "*", *_JOB_POD),
+    "TrainingRuntime": ("spec", "template", "spec", "replicatedJobs", "*", *_JOB_POD),
+    "TrainJob": ("spec", "runtimePatches", "*", "trainingRuntimeSpec", "template", "spec", "replicatedJobs", "*",
+                 *_JOB_POD),
+}
+CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def dig(obj: Any, *path: str) -> Any:
+    for key in path:
+        obj = as_dict(obj).get(key)
+    return obj
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    path: str
+    spec: dict[str, Any]
+    partial: bool
+
+
+@dataclass(frozen=True)
+class Container:
+    path: str
+    container: dict[str, Any]
+    pod: PodSpec
+
+    @property
+    def security_context(self) -> dict[str, Any]:
+        return as_dict(self.container.get("securityContext"))
+
+    def effective(self, field: str) -> Any:
+        """A security setting as it applies to this container: its own, else the pod's."""
+        own = self.security_context.get(field)
+        return own if own is not None else as_dict(self.pod.spec.get("securityContext")).get(field)
+
+
+def _walk(node: Any, path: tuple[str, ...], shown: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    if not path:
+        if isinstance(node, dict):
+            yield shown, node
+        return
+    head, rest = path[0], path[1:]
+    if head == "*":
+        for i, item in enumerate(as_list(node)):
+            yield from _walk(item, rest, f"{shown}[{i}]")
+    else:
+        yield from _walk(as_dict(node).get(head), rest, f"{shown}.{head}" if shown else head)
+
+
+def pod_specs(obj: Manifest) -> list[PodSpec]:
+    path = POD_SPEC_PATHS.get(str(obj.get("kind")))
+    if path is None:
+        return []
+    partial = obj.get("kind") == "TrainJob"
+    return [PodSpec(shown, spec, partial) for shown, spec in _walk(obj, path, "")]
+
+
+def containers(obj: Manifest) -> list[Container]:
+    """Every container of every pod spec, plus a TrainJob's trainer (a partial container at ``spec.trainer``)."""
+    out = [Container(f"{pod.path}.{key}[{i}]", c, pod)
+           for pod in pod_specs(obj) for key in CONTAINER_LISTS
+           for i, c in enumerate(as_list(pod.spec.get(key))) if isinstance(c, dict)]
+    if obj.get("kind") == "TrainJob":
+        trainer = as_dict(dig(obj, "spec", "trainer"))
+        pseudo = {"image": trainer.get("image"), "env": trainer.get("env"), "resources": trainer.get("resourcesPerNode")}
+        out.insert(0, Container("spec.trainer", {k: v for k, v in pseudo.items() if v is not None},
+                                PodSpec("spec.trainer", {}, partial=True)))
+    return out
+
+
+def env_lists(obj: Manifest) -> list[tuple[str, list[Any]]]:
+    """(field path, env list) of every container, and of a TrainJob's initializers."""
+    out = [(f"{c.path}.env", as_list(c.container.get("env"))) for c in containers(obj)]
+    if obj.get("kind") == "TrainJob":
+        for step in ("dataset", "model"):
+            out.append((f"spec.initializer.{step}.env", as_list(dig(obj, "spec", "initializer", step, "env"))))
+    return out

@@ -1,0 +1,92 @@
+"""Rules on Kueue objects: current API, references that resolve, quotas the hardware can honour.
+
+Kueue accepts a LocalQueue pointing at a ClusterQueue that does not exist, or a ResourceFlavor
+naming an unknown Topology, and only reports it in status: jobs then wait forever. Nominal
+quotas above the physical GPUs promise capacity that is not there. These rules turn each of
+those into a review finding. They read manifests, not the stack config, so a pull request that
+adds a ClusterQueue by hand is held to them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from trainyard import catalog
+from trainyard.manifests.meta import Manifest
+from trainyard.policy.model import Context, object_rule, stack_rule
+from trainyard.policy.pods import as_dict, as_list, dig
+from trainyard.quantity import parse_quantity
+
+KUEUE_GROUP = catalog.KUEUE_API.split("/")[0]
+
+
+def _names(objects: Sequence[Manifest], kind: str) -> set[str]:
+    return {str(dig(o, "metadata", "name")) for o in objects if o.get("kind") == kind}
+
+
+@object_rule("kueue-api-version", f"Kueue objects use {catalog.KUEUE_API} (v1beta1 is deprecated).",
+             f"Set apiVersion: {catalog.KUEUE_API} and follow the v1beta2 field names.")
+def kueue_api_version(obj: Manifest, ctx: Context) -> Iterator[str]:
+    api_version = str(obj.get("apiVersion", ""))
+    if api_version.startswith(f"{KUEUE_GROUP}/") and api_version != catalog.KUEUE_API:
+        yield f"uses {api_version}, not {catalog.KUEUE_API}"
+
+
+@stack_rule("local-queue-cluster-queue", "A LocalQueue points to an existing ClusterQueue.",
+            "Set spec.clusterQueue to a ClusterQueue the stack declares (one per tenant, named after it).")
+def local_queue_cluster_queue(objects: Sequence[Manifest], ctx: Context) -> Iterator[tuple[Manifest | None, str]]:
+    cluster_queues = _names(objects, "ClusterQueue")
+    for obj in objects:
+        if obj.get("kind") == "LocalQueue":
+            target = dig(obj, "spec", "clusterQueue")
+            if target not in cluster_queues:
+                yield obj, f"spec.clusterQueue {target!r} is not a declared ClusterQueue"
+
+
+@stack_rule("flavor-topology-exists", "A ResourceFlavor's topologyName names an existing Topology.",
+            "Set spec.topologyName to the stack's topology name, or declare the Topology.")
+def flavor_topology_exists(objects: Sequence[Manifest], ctx: Context) -> Iterator[tuple[Manifest | None, str]]:
+    topologies = _names(objects, "Topology")
+    for obj in objects:
+        if obj.get("kind") == "ResourceFlavor":
+            name = dig(obj, "spec", "topologyName")
+            if name is not None and name not in topologies:
+                yield obj, f"spec.topologyName {name!r} is not a declared Topology"
+
+
+def nominal_gpus(cluster_queue: Manifest) -> dict[str, int]:
+    """Flavor -> nominal GPU quota of one ClusterQueue."""
+    out: dict[str, int] = {}
+    for group in as_list(dig(cluster_queue, "spec", "resourceGroups")):
+        for flavor in as_list(as_dict(group).get("flavors")):
+            for item in as_list(as_dict(flavor).get("resources")):
+                resource = as_dict(item)
+                if resource.get("name") == catalog.GPU_RESOURCE:
+                    try:
+                        amount = int(parse_quantity(resource.get("nominalQuota", 0)))
+                    except (ValueError, TypeError):
+                        continue  # the schema check reports a malformed quantity
+                    name = str(as_dict(flavor).get("name"))
+                    out[name] = out.get(name, 0) + amount
+    return out
+
+
+@stack_rule("quota-fits-capacity", "Nominal GPU quotas per flavor fit the flavor's physical GPUs.",
+            "Lower the tenants' nominal quotas (lend through cohorts instead), add nodes to the pool, "
+            "or set allow_overcommit: true after review.")
+def quota_fits_capacity(objects: Sequence[Manifest], ctx: Context) -> Iterator[tuple[Manifest | None, str]]:
+    committed: dict[str, int] = {}
+    for obj in objects:
+        if obj.get("kind") == "ClusterQueue":
+            for flavor, gpus in nominal_gpus(obj).items():
+                committed[flavor] = committed.get(flavor, 0) + gpus
+    pools = {p.name: p for p in ctx.config.gpu_pools}
+    for flavor, gpus in sorted(committed.items()):
+        pool = pools.get(flavor)
+        if pool is None and gpus > 0:
+            yield None, f"flavor {flavor!r} has {gpus} nominal GPUs but is not a GPU pool of the stack (no capacity)"
+        elif pool is not None and gpus > pool.gpus and not ctx.config.allow_overcommit:
+            yield None, f"flavor {flavor!r}: nominal GPU quotas add up to {gpus}, the pool has {pool.gpus}"
+
+
+RULES = (kueue_api_version, local_queue_cluster_queue, flavor_topology_exists, quota_fits_capacity)

@@ -1,0 +1,92 @@
+"""Rules on what tenants submit: a TrainJob uses an approved runtime, its namespace's queue, an allowed priority.
+
+These are the rules a tenant's pull request is held to, and the same ones the admission
+policies in ``manifests/admission.py`` enforce when the TrainJob reaches the API server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from trainyard.manifests.meta import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, Manifest
+from trainyard.policy.model import Context, object_rule, stack_rule
+from trainyard.policy.pods import as_dict, dig
+
+TRAINER_GROUP = "trainer.kubeflow.org"
+
+
+def _labels(obj: Manifest) -> dict[str, object]:
+    return as_dict(as_dict(obj.get("metadata")).get("labels"))
+
+
+def _namespace(obj: Manifest) -> str:
+    return str(as_dict(obj.get("metadata")).get("namespace") or "")
+
+
+def own_runtimes_allowed(ctx: Context, obj: Manifest) -> bool:
+    tenant = ctx.tenant_of(obj)
+    return tenant is not None and tenant.name in ctx.config.security.admission.training_runtime_tenants
+
+
+@object_rule("trainjob-approved-runtime", "A TrainJob references an approved ClusterTrainingRuntime.",
+             "Set spec.runtimeRef to one of runtimes.approved (kind ClusterTrainingRuntime); ask the platform team "
+             "to review a new runtime into runtimes/.",
+             admission="trainyard-trainjob-runtime")
+def trainjob_approved_runtime(obj: Manifest, ctx: Context) -> Iterator[str]:
+    if obj.get("kind") != "TrainJob":
+        return
+    ref = as_dict(dig(obj, "spec", "runtimeRef"))
+    kind, name = ref.get("kind") or "ClusterTrainingRuntime", ref.get("name")
+    group = ref.get("apiGroup") or TRAINER_GROUP
+    approved = ctx.config.runtimes.approved
+    if group != TRAINER_GROUP:
+        yield f"spec.runtimeRef.apiGroup {group!r} is not {TRAINER_GROUP}"
+    elif kind == "TrainingRuntime" and own_runtimes_allowed(ctx, obj):
+        return
+    elif kind != "ClusterTrainingRuntime":
+        yield f"spec.runtimeRef names a {kind}; only approved ClusterTrainingRuntimes ({', '.join(approved)}) may be used"
+    elif name not in approved:
+        yield f"spec.runtimeRef.name {name!r} is not an approved runtime ({', '.join(approved)})"
+
+
+@stack_rule("trainjob-queue-label", f"A TrainJob carries {QUEUE_NAME_LABEL} naming a LocalQueue of its namespace.",
+            f"Add the label {QUEUE_NAME_LABEL}: default (the tenant's LocalQueue).",
+            admission="trainyard-trainjob-queue")
+def trainjob_queue_label(objects: Sequence[Manifest], ctx: Context) -> Iterator[tuple[Manifest | None, str]]:
+    queues = {(_namespace(o), str(dig(o, "metadata", "name"))) for o in objects if o.get("kind") == "LocalQueue"}
+    for obj in objects:
+        if obj.get("kind") != "TrainJob":
+            continue
+        queue, namespace = _labels(obj).get(QUEUE_NAME_LABEL), _namespace(obj)
+        if queue is None:
+            yield obj, f"has no {QUEUE_NAME_LABEL} label"
+        elif (namespace, queue) not in queues:
+            yield obj, f"{QUEUE_NAME_LABEL} {queue!r} is not a LocalQueue of namespace {namespace!r}"
+
+
+@object_rule("trainjob-priority-class", f"A TrainJob names, with {PRIORITY_CLASS_LABEL}, a priority class its tenant may use.",
+             f"Set the label {PRIORITY_CLASS_LABEL} to one of the tenant's priority_classes "
+             "(its default_priority_class when in doubt).")
+def trainjob_priority_class(obj: Manifest, ctx: Context) -> Iterator[str]:
+    tenant = ctx.tenant_of(obj)
+    if obj.get("kind") != "TrainJob" or tenant is None or not tenant.priority_classes:
+        return  # outside tenant namespaces the queue rule already reports the TrainJob
+    allowed = ", ".join(tenant.priority_classes)
+    priority = _labels(obj).get(PRIORITY_CLASS_LABEL)
+    if priority is None:
+        yield f"has no {PRIORITY_CLASS_LABEL} label (tenant {tenant.name} may use: {allowed})"
+    elif priority not in tenant.priority_classes:
+        yield f"priority class {priority!r} is not allowed for tenant {tenant.name} (allowed: {allowed})"
+
+
+@object_rule("training-runtime-allowed", "Tenants define TrainingRuntimes only where the stack allows it.",
+             "Use an approved ClusterTrainingRuntime, or have the platform team add the tenant to "
+             "security.admission.training_runtime_tenants.",
+             admission="trainyard-training-runtimes")
+def training_runtime_allowed(obj: Manifest, ctx: Context) -> Iterator[str]:
+    tenant = ctx.tenant_of(obj)
+    if obj.get("kind") == "TrainingRuntime" and tenant is not None and not own_runtimes_allowed(ctx, obj):
+        yield f"tenant {tenant.name} may not define TrainingRuntimes"
+
+
+RULES = (trainjob_approved_runtime, trainjob_queue_label, trainjob_priority_class, training_runtime_allowed)
