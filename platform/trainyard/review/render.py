@@ -21,7 +21,10 @@ MARKER = ".trainyard-render"
 _SECRET_KEY = re.compile(r"(password|passwd|secret|token|credential|private[-_]?key|access[-_]?key)", re.IGNORECASE)
 
 
-class _Dumper(yaml.SafeDumper):
+_BaseDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Dumper(_BaseDumper):  # type: ignore[valid-type,misc]
     """Block style, multi-line strings as literal blocks, no aliases."""
 
     def ignore_aliases(self, data: Any) -> bool:
