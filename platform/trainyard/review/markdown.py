@@ -46,6 +46,8 @@ def field_lines(change: FieldChange) -> list[str]:
         if len(body) > MAX_TEXT_LINES:
             lines.append(f"~     … {len(body) - MAX_TEXT_LINES} more lines")
         return lines
+    if change.old == change.new:  # a secret that changed, shown redacted on both sides
+        return [f"~ {change.path}: {compact(change.new)} (value changed)"]
     return [f"~ {change.path}: {arrow(change.old, change.new)}"]
 
 
@@ -63,10 +65,13 @@ def _counts_line(review: Review) -> str:
     return ", ".join(parts) + f" ({review.unchanged} unchanged)"
 
 
+_PLAN_WORDS: Final = {"create": "to create", "update": "to update", "replace": "to replace", "delete": "to delete"}
+
+
 def _plan_line(plan: dict[str, int]) -> str:
-    words = {"create": "to create", "update": "to update", "delete": "to delete", "replace": "to replace",
-             "same": "unchanged"}
-    parts = [f"{n} {words.get(op, op)}" for op, n in sorted(plan.items()) if n]
+    """Pulumi's change summary in its own order: create, update, replace, delete, others, unchanged last."""
+    order = [*_PLAN_WORDS, *sorted(op for op in plan if op not in _PLAN_WORDS and op != "same"), "same"]
+    parts = [f"{plan[op]} {_PLAN_WORDS.get(op, 'unchanged' if op == 'same' else op)}" for op in order if plan.get(op)]
     return ", ".join(parts) or "no changes"
 
 

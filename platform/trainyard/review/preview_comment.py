@@ -165,8 +165,11 @@ def read_events(events: Iterable[Mapping[str, Any]], preview: Preview) -> None:
 
 def _add_diagnostic(preview: Preview, severity: Any, urn: Any, message: str) -> None:
     severity = str(severity or "info")
-    if severity in _SHOWN_SEVERITIES and _clean(message):
-        preview.diagnostics.append(Diagnostic(severity, _clean(message), _resource_id(str(urn)) if urn else ""))
+    text = _clean(message).removeprefix(f"{severity}: ")
+    if severity not in _SHOWN_SEVERITIES or not text:
+        return
+    subject = "" if not urn or _parse_urn(str(urn)).kind == "Stack" else _resource_id(str(urn))
+    preview.diagnostics.append(Diagnostic(severity, text, subject))
 
 
 def load_preview(path: Path, events: Path | None = None) -> Preview:
@@ -356,7 +359,7 @@ def preview_review(preview: Preview) -> Review:
     return Review(
         title=f"{stack} (pulumi preview)", base="deployed state", head="this change", changes=tuple(changes),
         unchanged=unchanged, highlights=tuple(highlights), plan=preview.summary,
-        violations=tuple(sorted(preview.violations)),
+        violations=tuple(sorted(preview.violations, key=lambda v: (v.severity != "mandatory", v))),
         diagnostics=tuple(sorted(preview.diagnostics, key=lambda d: (d.severity != "error", d.subject, d.message))),
         marker=f"trainyard-preview:{stack}",
     )

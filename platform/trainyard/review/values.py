@@ -11,10 +11,11 @@ import re
 from typing import Any, Final
 
 from trainyard.review.changes import ABSENT
+from trainyard.review.render import REDACTED
 
 MAX_VALUE_CHARS: Final = 120
 _BARE = re.compile(r"^[A-Za-z0-9_./:@+=%-]+$")
-_LOOKS_TYPED = re.compile(r"^(true|false|null|yes|no|-?[0-9.]+)$", re.IGNORECASE)
+_LOOKS_TYPED = re.compile(r"^(true|false|null|yes|no|~|-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?)$", re.IGNORECASE)
 
 
 def compact(value: Any, limit: int = MAX_VALUE_CHARS) -> str:
@@ -25,6 +26,8 @@ def compact(value: Any, limit: int = MAX_VALUE_CHARS) -> str:
         text = json.dumps(value)
     elif isinstance(value, int | float):
         text = str(value)
+    elif value == REDACTED:
+        text = REDACTED
     elif isinstance(value, str):
         bare = _BARE.match(value) and not _LOOKS_TYPED.match(value)
         text = value if bare else json.dumps(value, ensure_ascii=False)
