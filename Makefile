@@ -42,8 +42,9 @@ typecheck: setup ## mypy, strict on platform/trainyard
 	$(BIN)/mypy
 
 .PHONY: schema
-schema: setup ## Regenerate stacks/schema.json from the config model
+schema: setup ## Regenerate stacks/schema.json and docs/stack-config.md from the config model
 	$(BIN)/trainyard schema > stacks/schema.json
+	$(BIN)/trainyard schema --markdown > docs/stack-config.md
 
 STACK ?= local
 .PHONY: validate render capacity check

@@ -69,8 +69,12 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     import json
 
     from trainyard.config.model import PlatformConfig
+    from trainyard.config.reference import reference_markdown
 
-    print(json.dumps(PlatformConfig.model_json_schema(), indent=2, sort_keys=True))
+    if args.markdown:
+        print(reference_markdown(), end="")
+    else:
+        print(json.dumps(PlatformConfig.model_json_schema(), indent=2, sort_keys=True))
     return EXIT_OK
 
 
@@ -91,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=help_text, description=help_text)
         if name != "schema":
             cmd.add_argument("stack", metavar="STACK", help="stack name (prod = stacks/Pulumi.prod.yaml) or path")
+        if name == "schema":
+            cmd.add_argument("--markdown", action="store_true", help="the settings reference (docs/stack-config.md) instead")
         if name == "render":
             cmd.add_argument("--out", metavar="DIR", help="output directory (default: out/<stack>)")
     for register in EXTRA_COMMANDS:
