@@ -1,0 +1,177 @@
+"""Every rule flags at least one manifest and passes one (prod stack, one change at a time)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from tests.conftest import needs_crds, rendered, stack
+from tests.policy.cases import GOOD_IMAGE, GPU, TENANT_NS, container, pod, trainjob, with_change
+from trainyard.manifests.meta import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, TENANT_LABEL
+from trainyard.policy import RULE_IDS, RULES_BY_ID, Context
+from trainyard.policy.engine import run_rules
+
+Objects = Sequence[dict[str, Any]]
+Case = Callable[[list[dict[str, Any]]], tuple[Objects, Objects]]  # platform objects -> (flagged, passing)
+
+
+def _without(objects: list[dict[str, Any]], kind: str, namespace: str) -> list[dict[str, Any]]:
+    return [o for o in objects if not (o["kind"] == kind and o["metadata"].get("namespace") == namespace)]
+
+
+def _replace(objects: list[dict[str, Any]], kind: str, name: str, change: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
+    out = copy.deepcopy(objects)
+    for obj in out:
+        if obj["kind"] == kind and obj["metadata"]["name"] == name:
+            change(obj)
+    return out
+
+
+def _tenant_namespace(name: str, psa: str | None = "restricted") -> dict[str, Any]:
+    labels = {TENANT_LABEL: name, **({"pod-security.kubernetes.io/enforce": psa} if psa else {})}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def _service(service_type: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "mlflow", "namespace": "mlflow"},
+            "spec": {"type": service_type, "ports": [{"port": 5000}], "selector": {"app": "mlflow"}}}
+
+
+def _egress_policy(peer: dict[str, Any] | None) -> dict[str, Any]:
+    rule: dict[str, Any] = {"ports": [{"protocol": "TCP", "port": 443}]}
+    if peer is not None:
+        rule["to"] = [peer]
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "web", "namespace": TENANT_NS},
+            "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [rule]}}
+
+
+def _flavors_over_capacity(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def grow(cq: dict[str, Any]) -> None:
+        cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 1000
+    return _replace(objects, "ClusterQueue", "llm-pretrain", grow)
+
+
+def _crd(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(o for o in objects if o["kind"] == "CustomResourceDefinition")
+
+
+SECURE = {"allowPrivilegeEscalation": False, "runAsNonRoot": True}
+CASES: dict[str, Case] = {
+    "image-approved-registry": lambda _: ([pod(container(image="docker.io/library/python@sha256:" + "b" * 64))], [pod()]),
+    "image-pinned-digest": lambda _: ([pod(container(image="registry.trainyard.internal/pytorch/pytorch:2.7"))], [pod()]),
+    "no-privileged-container": lambda _: ([pod(container(securityContext={**SECURE, "privileged": True}))], [pod()]),
+    "no-host-namespaces": lambda _: ([pod(hostNetwork=True)], [pod(hostNetwork=False)]),
+    "no-host-path": lambda _: ([pod(volumes=[{"name": "nvme", "hostPath": {"path": "/mnt/nvme"}}])],
+                               [pod(volumes=[{"name": "scratch", "emptyDir": {}}])]),
+    "no-run-as-root": lambda _: ([pod(container(securityContext={**SECURE, "runAsUser": 0}))], [pod()]),
+    "no-privilege-escalation": lambda _: ([pod(container(securityContext={"runAsNonRoot": True}))], [pod()]),
+    "no-added-capabilities": lambda _: ([pod(container(securityContext={**SECURE, "capabilities": {"add": ["SYS_ADMIN"]}}))],
+                                        [pod(container(securityContext={**SECURE, "capabilities": {"add": ["NET_BIND_SERVICE"]}}))]),
+    "gpu-container-limits": lambda _: ([pod(container(resources={"requests": {GPU: 8}}))],
+                                       [pod(container(resources={"limits": {GPU: 8, "memory": "100Gi"}}))]),
+    "no-plaintext-secrets": lambda _: (
+        [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3", "namespace": TENANT_NS},
+          "stringData": {"AWS_SECRET_ACCESS_KEY": "hunter2"}}],
+        [pod(container(env=[{"name": "AWS_SECRET_ACCESS_KEY",
+                             "valueFrom": {"secretKeyRef": {"name": "s3", "key": "secret"}}}]))]),
+    "trainjob-approved-runtime": lambda _: ([with_change(trainjob(), "spec.runtimeRef.name", "my-own-runtime")], [trainjob()]),
+    "trainjob-queue-label": lambda objs: ([*objs, trainjob({PRIORITY_CLASS_LABEL: "standard"})], [*objs, trainjob()]),
+    "trainjob-priority-class": lambda _: ([trainjob({QUEUE_NAME_LABEL: "default", PRIORITY_CLASS_LABEL: "critical"})],
+                                          [trainjob()]),
+    "training-runtime-allowed": lambda _: (
+        [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+          "metadata": {"name": "mine", "namespace": TENANT_NS}, "spec": {}}],
+        [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+          "metadata": {"name": "mine", "namespace": "platform-sandbox"}, "spec": {}}]),
+    "tenant-default-deny": lambda objs: (_without(objs, "NetworkPolicy", TENANT_NS), objs),
+    "tenant-local-queue": lambda objs: (_without(objs, "LocalQueue", TENANT_NS), objs),
+    "tenant-resource-quota": lambda objs: (_without(objs, "ResourceQuota", TENANT_NS), objs),
+    "tenant-psa-restricted": lambda objs: ([*objs, _tenant_namespace("new-team", psa="baseline")],
+                                           [*objs, _tenant_namespace("new-team")]),
+    "psa-no-weaker-level": lambda _: ([_tenant_namespace("x", psa="privileged")], [_tenant_namespace("x")]),
+    "no-exposed-services": lambda _: ([_service("LoadBalancer")], [_service("ClusterIP")]),
+    "netpol-no-internet-egress": lambda _: ([_egress_policy({"ipBlock": {"cidr": "0.0.0.0/0"}})],
+                                            [_egress_policy({"ipBlock": {"cidr": "10.20.0.0/16"}})]),
+    "kueue-api-version": lambda objs: (
+        [with_change(next(o for o in objs if o["kind"] == "LocalQueue"), "apiVersion", "kueue.x-k8s.io/v1beta1")],
+        [next(o for o in objs if o["kind"] == "LocalQueue")]),
+    "local-queue-cluster-queue": lambda objs: (
+        _replace(objs, "ClusterQueue", "llm-research", lambda cq: cq["metadata"].update(name="renamed")), objs),
+    "flavor-topology-exists": lambda objs: ([o for o in objs if o["kind"] != "Topology"], objs),
+    "quota-fits-capacity": lambda objs: (_flavors_over_capacity(objs), objs),
+    "data-protected": lambda objs: ([_crd(objs)], [_crd(objs)]),  # protection differs, see _context
+    "security-references-exist": lambda objs: (objs, objs),  # the config differs, see _context
+}
+
+
+def _context(rule_id: str, flagged: bool) -> Context:
+    config = stack("prod").config
+    if rule_id == "data-protected":
+        return Context(config, protection=lambda _: not flagged)
+    if rule_id == "security-references-exist" and flagged:
+        admission = config.security.admission.model_copy(update={"training_runtime_tenants": ("no-such-team",)})
+        security = config.security.model_copy(update={"admission": admission})
+        return Context(config.model_copy(update={"security": security}))
+    return Context(config)
+
+
+def test_every_rule_has_a_case() -> None:
+    assert set(CASES) == RULE_IDS
+
+
+@needs_crds
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_flags_the_broken_manifest_and_passes_the_sound_one(rule_id: str) -> None:
+    rule = RULES_BY_ID[rule_id]
+    flagged, passing = CASES[rule_id](list(rendered("prod").all_objects))
+    assert run_rules([rule], flagged, _context(rule_id, flagged=True)), f"{rule_id} missed its case"
+    assert run_rules([rule], passing, _context(rule_id, flagged=False)) == []
+
+
+def test_trainjob_runtime_patches_are_checked_for_what_they_set_only() -> None:
+    patch = {"manager": "tenant", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": {"spec": {
+            "containers": [{"name": "node", "securityContext": {"privileged": True}}],
+            "volumes": [{"name": "host", "hostPath": {"path": "/"}}]}}}}}]}}}}
+    job = trainjob(runtimePatches=[patch])
+    ctx = Context(stack("prod").config)
+    object_rules = [rule for rule in RULES_BY_ID.values() if rule.check_object is not None]
+    found = {f.rule_id for f in run_rules(object_rules, [job], ctx)}
+    # Set by the patch: flagged. Left to the reviewed runtime (runAsNonRoot, escalation): not flagged.
+    assert found == {"no-privileged-container", "no-host-path"}
+
+
+def test_a_tenant_allowed_own_runtimes_may_reference_a_training_runtime() -> None:
+    config = stack("prod").config
+    admission = config.security.admission.model_copy(update={"training_runtime_tenants": ("llm-research",)})
+    allowed = config.model_copy(update={"security": config.security.model_copy(update={"admission": admission})})
+    job = with_change(trainjob(), "spec.runtimeRef", {"kind": "TrainingRuntime", "name": "mine"})
+    rule = RULES_BY_ID["trainjob-approved-runtime"]
+    assert run_rules([rule], [job], Context(config))
+    assert run_rules([rule], [job], Context(allowed)) == []
+
+
+def test_rules_tolerate_malformed_manifests() -> None:
+    odd = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": TENANT_NS},
+            "spec": {"containers": "not-a-list", "volumes": [None, 3]}},
+           {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "q"},
+            "spec": {"resourceGroups": [{"flavors": [{"name": "h100", "resources": [{"name": GPU,
+                                                                                      "nominalQuota": "lots"}]}]}]}},
+           {"apiVersion": "v1", "kind": "Pod", "metadata": None, "spec": None}]
+    run_rules(list(RULES_BY_ID.values()), odd, Context(stack("prod").config))
+
+
+def test_image_rules_cover_every_container_list_of_a_runtime() -> None:
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+               "metadata": {"name": "r"},
+               "spec": {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {
+                   "spec": {"securityContext": {"runAsNonRoot": True},
+                            "initContainers": [container(image="quay.io/x/init:1")],
+                            "containers": [container(image=GOOD_IMAGE)]}}}}}]}}}}
+    found = run_rules([RULES_BY_ID["image-approved-registry"]], [runtime], Context(stack("prod").config))
+    assert [f.message.split(":")[0] for f in found] == [
+        "spec.template.spec.replicatedJobs[0].template.spec.template.spec.initContainers[0].image"]
