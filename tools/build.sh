@@ -206,4 +206,4 @@ main() {
   log "==> done in $((SECONDS - total))s; add to PATH: $BIN_DIR"
 }
 
-main "$@"
+main "$@"; exit $?
