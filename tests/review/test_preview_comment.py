@@ -122,3 +122,15 @@ def test_cli_writes_the_comment_and_rejects_other_files(tmp_path: Path, capsys: 
         other = tmp_path / "other.json"
         other.write_text('{"resources": []}')
         load_preview(other)
+
+
+def test_a_real_preview_of_pulumi_3_274_is_read() -> None:
+    """Recorded from `pulumi preview --diff --json` and `--event-log` (Pulumi v3.274.1, a component-only project;
+    stack traces stripped, debug diagnostics dropped from the log)."""
+    review = preview_review(load_preview(FIXTURES / "real-component-update.json",
+                                         FIXTURES / "real-component-update-events.jsonl"))
+    assert [(c.action, c.id, [(f.path, f.old, f.new) for f in c.fields]) for c in review.changes] == [
+        ("changed", "Team/team-a", [("gpus", 16, 24)])]
+    assert review.plan == {"same": 1, "update": 1}
+    assert [(d.severity, d.message) for d in review.diagnostics] == [("warning", "a warning from the program")]
+    assert "[secret]" not in to_markdown(review)

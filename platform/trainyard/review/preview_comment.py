@@ -7,7 +7,8 @@ Two inputs are read, both as Pulumi writes them:
   ``diagnostics`` and a ``changeSummary`` of counts per operation.
   Ref: pulumi/pulumi sdk/go/common/display/json.go (``PreviewDigest``, ``PreviewStep``) and
   pkg/backend/display/json.go (``ShowPreviewDigest``).
-- an engine event log (``pulumi preview --event-log FILE``, one JSON event a line). The
+- an engine event log (``pulumi preview --event-log FILE``, one JSON event a line; the flag
+  is listed only with ``PULUMI_DEBUG_COMMANDS=true``). The
   digest leaves policy events out; the log carries them as ``policyEvent`` (policy name,
   pack, enforcement level, resource URN, message), next to ``resourcePreEvent`` steps,
   ``diagnosticEvent`` and ``summaryEvent``.
@@ -169,7 +170,9 @@ def _add_diagnostic(preview: Preview, severity: Any, urn: Any, message: str) -> 
     if severity not in _SHOWN_SEVERITIES or not text:
         return
     subject = "" if not urn or _parse_urn(str(urn)).kind == "Stack" else _resource_id(str(urn))
-    preview.diagnostics.append(Diagnostic(severity, text, subject))
+    diagnostic = Diagnostic(severity, text, subject)
+    if diagnostic not in preview.diagnostics:  # the digest and the event log both carry it
+        preview.diagnostics.append(diagnostic)
 
 
 def load_preview(path: Path, events: Path | None = None) -> Preview:
