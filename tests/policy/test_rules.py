@@ -22,7 +22,8 @@ def _without(objects: list[dict[str, Any]], kind: str, namespace: str) -> list[d
     return [o for o in objects if not (o["kind"] == kind and o["metadata"].get("namespace") == namespace)]
 
 
-def _replace(objects: list[dict[str, Any]], kind: str, name: str, change: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
+def _replace(objects: list[dict[str, Any]], kind: str, name: str,
+             change: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
     out = copy.deepcopy(objects)
     for obj in out:
         if obj["kind"] == kind and obj["metadata"]["name"] == name:
@@ -69,8 +70,9 @@ CASES: dict[str, Case] = {
                                [pod(volumes=[{"name": "scratch", "emptyDir": {}}])]),
     "no-run-as-root": lambda _: ([pod(container(securityContext={**SECURE, "runAsUser": 0}))], [pod()]),
     "no-privilege-escalation": lambda _: ([pod(container(securityContext={"runAsNonRoot": True}))], [pod()]),
-    "no-added-capabilities": lambda _: ([pod(container(securityContext={**SECURE, "capabilities": {"add": ["SYS_ADMIN"]}}))],
-                                        [pod(container(securityContext={**SECURE, "capabilities": {"add": ["NET_BIND_SERVICE"]}}))]),
+    "no-added-capabilities": lambda _: (
+        [pod(container(securityContext={**SECURE, "capabilities": {"add": ["SYS_ADMIN"]}}))],
+        [pod(container(securityContext={**SECURE, "capabilities": {"add": ["NET_BIND_SERVICE"]}}))]),
     "gpu-container-limits": lambda _: ([pod(container(resources={"requests": {GPU: 8}}))],
                                        [pod(container(resources={"limits": {GPU: 8, "memory": "100Gi"}}))]),
     "no-plaintext-secrets": lambda _: (

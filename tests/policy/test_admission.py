@@ -1,0 +1,137 @@
+"""Admission policies: strict schema, CEL that parses, and CEL that decides like the review rules.
+
+The CEL semantics tests run the policies' expressions with cel-python (a CEL implementation
+independent of the API server's cel-go); they are skipped where it is not installed. The
+cluster tier applies the same objects to a real kube-apiserver.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import STACKS, needs_crds, rendered, stack
+from tests.policy.cases import GOOD_IMAGE, TENANT_NS, container, pod, trainjob, with_change
+from trainyard.manifests import admission
+from trainyard.manifests.meta import QUEUE_NAME_LABEL, TENANT_LABEL
+from trainyard.schemas import Validator
+
+KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+
+
+def prod_policies() -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in admission.policies(stack("prod").config)}
+
+
+def expressions(policy: dict[str, Any]) -> list[str]:
+    spec = policy["spec"]
+    return ([v["expression"] for v in spec.get("variables", [])]
+            + [e for v in spec["validations"] for e in (v["expression"], v.get("messageExpression")) if e])
+
+
+@needs_crds
+@pytest.mark.parametrize("name", STACKS)
+def test_admission_policies_validate_against_the_strict_kubernetes_schema(name: str, crds: Path) -> None:
+    validator = Validator(crds)
+    objects = [o for o in rendered(name).objects if o["kind"] in KINDS]
+    assert len(objects) == 10
+    assert [str(e) for o in objects for e in validator.errors(o)] == []
+
+
+def test_every_policy_has_a_binding_that_denies_in_tenant_namespaces_only() -> None:
+    objects = admission.build(stack("prod").config)
+    policies = {o["metadata"]["name"] for o in objects if o["kind"] == KINDS[0]}
+    bindings = {o["spec"]["policyName"]: o for o in objects if o["kind"] == KINDS[1]}
+    assert set(bindings) == policies
+    for binding in bindings.values():
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        assert binding["spec"]["matchResources"]["namespaceSelector"] == {
+            "matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]}
+
+
+def test_the_queue_policy_takes_the_namespace_local_queue_as_its_param_and_fails_closed() -> None:
+    policy = admission.trainjob_queue_policy()
+    binding = admission.binding_for(policy)
+    assert policy["spec"]["paramKind"] == {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue"}
+    assert binding["spec"]["paramRef"] == {"name": "default", "parameterNotFoundAction": "Deny"}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+
+
+def test_admission_can_be_turned_off_per_stack() -> None:
+    config = stack("prod").config
+    off = config.security.model_copy(update={"admission": config.security.admission.model_copy(update={"enabled": False})})
+    assert admission.build(config.model_copy(update={"security": off})) == []
+
+
+def test_every_cel_expression_parses() -> None:
+    celpy = pytest.importorskip("celpy", reason="cel-python is not installed (dev dependency for CEL checks)")
+    env = celpy.Environment()
+    for policy in prod_policies().values():
+        for expression in expressions(policy):
+            env.compile(expression)
+
+
+def admit(policy: dict[str, Any], obj: dict[str, Any], params: dict[str, Any] | None = None,
+          namespace_labels: dict[str, str] | None = None) -> bool:
+    """Evaluate a policy's variables, then its validations, the way the API server orders them."""
+    celpy = pytest.importorskip("celpy", reason="cel-python is not installed (dev dependency for CEL checks)")
+    env = celpy.Environment()
+    namespace = {"metadata": {"name": TENANT_NS, "labels": namespace_labels or {TENANT_LABEL: TENANT_NS}}}
+    variables: dict[str, Any] = {}
+
+    def evaluate(expression: str) -> Any:
+        activation = {"object": obj, "params": params or {}, "namespaceObject": namespace, "variables": variables}
+        return env.program(env.compile(expression)).evaluate({k: celpy.json_to_cel(v) for k, v in activation.items()})
+
+    for variable in policy["spec"].get("variables", []):
+        variables[variable["name"]] = _plain(evaluate(variable["expression"]))
+    return all(bool(evaluate(v["expression"])) for v in policy["spec"]["validations"])
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return str(value) if isinstance(value, str) else value
+
+
+LOCAL_QUEUE = {"metadata": {"name": "default", "namespace": TENANT_NS}}
+
+
+def test_cel_admits_a_sound_trainjob_and_pod() -> None:
+    policies = prod_policies()
+    job = trainjob()
+    for name in ("trainyard-trainjob-queue", "trainyard-trainjob-runtime", "trainyard-trainjob-image"):
+        assert admit(policies[name], job, params=LOCAL_QUEUE), name
+    assert admit(policies["trainyard-pod-images"], pod())
+
+
+@pytest.mark.parametrize(("policy", "obj"), [
+    ("trainyard-trainjob-queue", trainjob({})),
+    ("trainyard-trainjob-queue", trainjob({QUEUE_NAME_LABEL: "fast-lane"})),
+    ("trainyard-trainjob-runtime", with_change(trainjob(), "spec.runtimeRef.name", "unreviewed")),
+    ("trainyard-trainjob-runtime", with_change(trainjob(), "spec.runtimeRef.kind", "TrainingRuntime")),
+    ("trainyard-trainjob-image", with_change(trainjob(), "spec.trainer.image", "docker.io/x/y:1")),
+    ("trainyard-pod-images", pod(container(), container(name="sidecar", image="ghcr.io/x/y@sha256:" + "c" * 64))),
+    ("trainyard-pod-images", pod(container(), initContainers=[container(name="init", image="quay.io/x:1")])),
+    ("trainyard-training-runtimes", {"kind": "TrainingRuntime", "metadata": {"name": "mine", "namespace": TENANT_NS}}),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_cel_denies_what_the_review_rules_flag(policy: str, obj: dict[str, Any]) -> None:
+    assert not admit(prod_policies()[policy], obj, params=LOCAL_QUEUE)
+
+
+def test_cel_lets_an_allowed_tenant_define_and_use_its_own_runtimes() -> None:
+    config = stack("prod").config
+    allowed = config.security.admission.model_copy(update={"training_runtime_tenants": (TENANT_NS,)})
+    config = config.model_copy(update={"security": config.security.model_copy(update={"admission": allowed})})
+    job = with_change(trainjob(), "spec.runtimeRef", {"kind": "TrainingRuntime", "name": "mine"})
+    assert admit(admission.trainjob_runtime_policy(config), job)
+    assert admit(admission.training_runtimes_policy(config), {"kind": "TrainingRuntime", "metadata": {}})
+
+
+def test_cel_list_literals_escape_quotes() -> None:
+    assert admission.cel_list(("a", 'b"c')) == '["a", "b\\"c"]'
+    assert GOOD_IMAGE.startswith(stack("prod").config.runtimes.approved_registries[0])
