@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from pulumi_policy import (
@@ -39,6 +40,7 @@ from trainyard.policy.crossguard import (
     enforcement_levels,
     manifest_from,
     platform_config_from_environment,
+    stack_of,
 )
 
 __all__ = ["PACK_NAME", "PolicyPack", "policies"]
@@ -48,9 +50,20 @@ LEVELS = {"mandatory": EnforcementLevel.MANDATORY, "advisory": EnforcementLevel.
           "disabled": EnforcementLevel.DISABLED}
 
 
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
 @functools.cache
-def stack_config() -> PlatformConfig:
-    return platform_config_from_environment(os.environ)
+def _config_of(stack: str | None) -> PlatformConfig:
+    environ = dict(os.environ)
+    if stack and not environ.get("PULUMI_CONFIG"):
+        environ.setdefault("PULUMI_STACK", stack)
+    return platform_config_from_environment(environ, PROJECT_ROOT)
+
+
+def stack_config(urn: str = "") -> PlatformConfig:
+    """The config of the stack under preview: from the engine's environment, else the stack named in the URN."""
+    return _config_of(stack_of(urn))
 
 
 def _config_or_none() -> PlatformConfig | None:
@@ -69,7 +82,7 @@ def validate_resource(rule: Rule, args: ResourceValidationArgs, report: ReportVi
     if obj is None or rule.check_object is None:
         return
     protected = bool(args.opts.protect)
-    ctx = Context(stack_config(), protection=lambda _: protected)
+    ctx = Context(stack_config(args.urn), protection=lambda _: protected)
     for message in rule.check_object(obj, ctx):
         report(violation(rule, message), None)
 
@@ -88,7 +101,7 @@ def validate_stack(rule: Rule, args: StackValidationArgs, report: ReportViolatio
         resource = resource_of.get(id(obj))
         return bool(resource.opts.protect) if resource is not None else None
 
-    ctx = Context(stack_config(), protection=protection)
+    ctx = Context(stack_config(declared[0][0].urn if declared else ""), protection=protection)
     for obj, message in rule.check_stack([obj for _, obj in declared], ctx):
         owner = resource_of.get(id(obj)) if obj is not None else None
         report(violation(rule, message), owner.urn if owner is not None else None)

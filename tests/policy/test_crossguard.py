@@ -44,17 +44,17 @@ def pulumi_config(name: str) -> str:
 @pytest.fixture(params=STACKS)
 def on_stack(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setenv("PULUMI_CONFIG", pulumi_config(request.param))
-    trainyard_pack.stack_config.cache_clear()
+    trainyard_pack._config_of.cache_clear()
     yield request.param
-    trainyard_pack.stack_config.cache_clear()
+    trainyard_pack._config_of.cache_clear()
 
 
 @pytest.fixture
 def on_prod(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("PULUMI_CONFIG", pulumi_config("prod"))
-    trainyard_pack.stack_config.cache_clear()
+    trainyard_pack._config_of.cache_clear()
     yield
-    trainyard_pack.stack_config.cache_clear()
+    trainyard_pack._config_of.cache_clear()
 
 
 def options(protect: bool = False) -> PolicyResourceOptions:
@@ -156,3 +156,15 @@ def test_the_pack_entry_point_is_three_lines_over_the_wrappers() -> None:
     assert len(lines) <= 3 and "trainyard_pack" in lines[0]
     pack = yaml.safe_load((ROOT / "policies" / "PulumiPolicy.yaml").read_text(encoding="utf-8"))
     assert pack["runtime"]["name"] == "python"
+
+
+def test_without_engine_config_the_pack_loads_the_stack_named_in_the_urn(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pack started as a binary analyzer gets no PULUMI_CONFIG; the URN still names the stack.
+    monkeypatch.delenv("PULUMI_CONFIG", raising=False)
+    monkeypatch.delenv("PULUMI_STACK", raising=False)
+    trainyard_pack._config_of.cache_clear()
+    try:
+        config = trainyard_pack.stack_config("urn:pulumi:local::trainyard::kubernetes:core/v1:Namespace::team-a")
+    finally:
+        trainyard_pack._config_of.cache_clear()
+    assert config.environment == "local"

@@ -34,6 +34,12 @@ from trainyard.policy.rules import RULES
 NOT_MANIFESTS = ("pulumi:providers:", "kubernetes:helm.sh/")
 
 
+def stack_of(urn: str) -> str | None:
+    """The stack named in a URN (``urn:pulumi:<stack>::<project>::<type>::<name>``)."""
+    parts = urn.split(":", 3)
+    return parts[2].split("::", 1)[0] or None if len(parts) == 4 and parts[:2] == ["urn", "pulumi"] else None
+
+
 class PackConfigError(Exception):
     """The pack cannot tell which stack it is checking."""
 
