@@ -71,3 +71,11 @@ def test_policy_config_writes_the_stack_enforcement_levels(capsys: pytest.Captur
     assert config["data-protected"] == {"enforcementLevel": "disabled"}
     assert config["gpu-container-limits"] == {"enforcementLevel": "advisory"}
     assert config["no-host-path"] == {"enforcementLevel": "mandatory"}
+
+
+def test_docs_list_every_rule_with_its_default_severity() -> None:
+    from trainyard.policy import RULES
+
+    docs = (ROOT / "docs" / "policy.md").read_text(encoding="utf-8")
+    for rule in RULES:
+        assert f"| `{rule.id}` | {rule.severity} |" in docs, rule.id
