@@ -215,24 +215,24 @@ class _Markdown:
             self.add(f"  {fence}diff", *(f"  {line}" for line in lines), f"  {fence}")
 
 
-def _maybe(old: Any, new: Any) -> str:
-    if old is None and new is None:
+def _before_after(old: Any, new: Any, *, missing: Any = None, show: Any = compact, moved: Any = arrow) -> str:
+    """A table cell for a value on both sides; ``missing`` marks the side where the row does not exist."""
+    if old is missing and new is missing:
         return "-"
-    if old is None:
-        return f"(new) {compact(new)}"
-    if new is None:
-        return f"{compact(old)} (removed)"
-    return arrow(old, new)
+    if old is missing:
+        return f"(new) {show(new)}"
+    if new is missing:
+        return f"{show(old)} (removed)"
+    return str(moved(old, new))
+
+
+def _maybe(old: Any, new: Any) -> str:
+    return _before_after(old, new)
 
 
 def _limits(old: Any, new: Any) -> str:
-    if old is ABSENT and new is ABSENT:
-        return "-"
-    if old is ABSENT:
-        return f"(new) {limit_text(new)}"
-    if new is ABSENT:
-        return f"{limit_text(old)} (removed)"
-    return limit_arrow(old, new)
+    """Borrowing and lending limits: None is "unlimited", so a missing row is ABSENT."""
+    return _before_after(old, new, missing=ABSENT, show=limit_text, moved=limit_arrow)
 
 
 def to_markdown(review: Review, limit: int = COMMENT_LIMIT) -> str:
