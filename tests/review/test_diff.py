@@ -200,3 +200,40 @@ def test_json_format_is_plain_data(tmp_path: Path) -> None:
     change = next(c for c in data["changes"] if c["id"] == "ClusterQueue/assistant")
     assert {"path": "spec.resourceGroups[0].flavors[h100].resources[nvidia.com/gpu].nominalQuota", "old": 32, "new": 40} \
         in change["fields"]
+
+
+def unprotect(data: dict[str, Any]) -> None:
+    data["lifecycle"]["protect_data"] = False
+
+
+def test_settings_that_change_no_object_are_still_named() -> None:
+    review = review_platforms(side("base", prod_config()), side("head", changed_config(prod_config(), unprotect)),
+                              title="prod")
+    assert review.changes == ()
+    assert review.highlights == ("stack setting `lifecycle.protect_data`: true -> false",)
+    markdown = to_markdown(review)
+    assert "No changes." not in markdown
+    assert "### Stack settings (1 changed)" in markdown and "~ lifecycle.protect_data: true -> false" in markdown
+
+
+def test_settings_name_tenants_and_quotas_by_identity() -> None:
+    review = review_platforms(side("base", prod_config()),
+                              side("head", changed_config(prod_config(), raise_assistant_h100_and_add_a_node)), title="prod")
+    assert [(f.path, f.old, f.new) for f in review.settings] == [
+        ("gpu_pools[h100].nodes", 32, 33), ("tenants[assistant].quotas[h100].gpus", 32, 40)]
+
+
+def test_many_policy_results_are_counted_per_rule_and_folded() -> None:
+    def every_namespace(config: PlatformConfig, rendered: RenderedPlatform) -> list[StubFinding]:
+        if config.lifecycle.protect_data:
+            return []
+        return [StubFinding("data-protected", "mandatory", f"{o['kind']}/{o['metadata']['name']}", "not protected")
+                for o in rendered.by_kind("Namespace") + rendered.by_kind("CustomResourceDefinition")]
+
+    head = side("head", changed_config(prod_config(), unprotect))
+    review = review_platforms(side("base", prod_config()), head, title="prod", evaluator=every_namespace)
+    count = len(every_namespace(head.config, head.rendered))  # type: ignore[arg-type]
+    assert count > 8
+    markdown = to_markdown(review)
+    assert f"| data-protected | mandatory | {count} |  |" in markdown
+    assert f"<details><summary>{count} findings</summary>" in markdown

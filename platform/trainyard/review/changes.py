@@ -132,12 +132,16 @@ def join_path(prefix: str, segment: str) -> str:
 _EMPTY_LIKE: Final[dict[type, Any]] = {dict: {}, list: []}
 
 
-def _named(items: Sequence[Any]) -> dict[str, Any] | None:
-    """Items keyed by their ``name`` when every item is a mapping with a unique string name."""
-    if not items or not all(isinstance(i, Mapping) and isinstance(i.get("name"), str) for i in items):
+def _named(items: Sequence[Any], id_keys: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
+    """Items keyed by the first of ``id_keys`` that every item (a mapping) carries as a unique string."""
+    if not items or not all(isinstance(i, Mapping) for i in items):
         return None
-    named = {i["name"]: i for i in items}
-    return named if len(named) == len(items) else None
+    for key in id_keys:
+        if all(isinstance(i.get(key), str) for i in items):
+            named = {i[key]: i for i in items}
+            if len(named) == len(items):
+                return key, named
+    return None
 
 
 def _hidden(value: Any) -> Any:
@@ -164,8 +168,12 @@ def _yaml_mapping(text: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def diff_values(old: Any, new: Any, path: str = "", *, secret: bool = False) -> list[FieldChange]:
-    """Every leaf that differs between ``old`` and ``new`` (either may be ABSENT), values redacted."""
+def diff_values(old: Any, new: Any, path: str = "", *, secret: bool = False,
+                id_keys: Sequence[str] = ("name",)) -> list[FieldChange]:
+    """Every leaf that differs between ``old`` and ``new`` (either may be ABSENT), values redacted.
+
+    List items are matched by the first of ``id_keys`` they all carry uniquely, else by position.
+    """
     if old == new:
         return []
     if secret and (isinstance(old, str) or isinstance(new, str)):
@@ -178,28 +186,35 @@ def diff_values(old: Any, new: Any, path: str = "", *, secret: bool = False) -> 
         out: list[FieldChange] = []
         for key in sorted({*before, *after}, key=str):
             out += diff_values(before.get(key, ABSENT), after.get(key, ABSENT), join_path(path, key_segment(str(key))),
-                               secret=is_secret_key(str(key)))
+                               secret=is_secret_key(str(key)), id_keys=id_keys)
         return out
     if isinstance(before, list) and isinstance(after, list):
-        return _diff_lists(before, after, path, whole=(old, new))
+        return _diff_lists(before, after, path, whole=(old, new), id_keys=id_keys)
     if isinstance(old, str) and isinstance(new, str) and "\n" in old and "\n" in new:
         # Embedded YAML (e.g. the Kueue manager configuration handed to its chart) diffs by field.
         old_doc, new_doc = _yaml_mapping(old), _yaml_mapping(new)
         if old_doc is not None and new_doc is not None:
-            return diff_values(old_doc, new_doc, join_path(path, "(yaml)"))
+            return diff_values(old_doc, new_doc, join_path(path, "(yaml)"), id_keys=id_keys)
     return [FieldChange(path or "(value)", _safe(old), _safe(new))]
 
 
-def _diff_lists(old: list[Any], new: list[Any], path: str, whole: tuple[Any, Any]) -> list[FieldChange]:
-    old_named, new_named = _named(old) if old else {}, _named(new) if new else {}
-    if old_named is not None and new_named is not None:
+def _diff_lists(old: list[Any], new: list[Any], path: str, whole: tuple[Any, Any],
+                id_keys: Sequence[str]) -> list[FieldChange]:
+    old_named, new_named = _named(old, id_keys), _named(new, id_keys)
+    # One side empty (or absent): key the other side's items as it would be keyed.
+    if not old and new_named is not None:
+        old_named = (new_named[0], {})
+    if not new and old_named is not None:
+        new_named = (old_named[0], {})
+    if old_named is not None and new_named is not None and old_named[0] == new_named[0]:
+        key, old_items, new_items = old_named[0], old_named[1], new_named[1]
         out: list[FieldChange] = []
-        for name in sorted({*old_named, *new_named}):
+        for name in sorted({*old_items, *new_items}):
             item_path = f"{path}[{name}]"
-            changes = diff_values(old_named.get(name, ABSENT), new_named.get(name, ABSENT), item_path)
-            whole_item = name not in old_named or name not in new_named
-            # The name of an item added or removed whole is already in its path.
-            out += [c for c in changes if not (whole_item and c.path == f"{item_path}.name")]
+            changes = diff_values(old_items.get(name, ABSENT), new_items.get(name, ABSENT), item_path, id_keys=id_keys)
+            whole_item = name not in old_items or name not in new_items
+            # The identity of an item added or removed whole is already in its path.
+            out += [c for c in changes if not (whole_item and c.path == f"{item_path}.{key}")]
         return out
     if all(not isinstance(i, Mapping | list) for i in (*old, *new)):
         return [FieldChange(path, _safe(whole[0]), _safe(whole[1]))]  # a list of scalars reads best whole
@@ -207,7 +222,7 @@ def _diff_lists(old: list[Any], new: list[Any], path: str, whole: tuple[Any, Any
     for index in range(max(len(old), len(new))):
         before = old[index] if index < len(old) else ABSENT
         after = new[index] if index < len(new) else ABSENT
-        out += diff_values(before, after, f"{path}[{index}]")
+        out += diff_values(before, after, f"{path}[{index}]", id_keys=id_keys)
     return out
 
 

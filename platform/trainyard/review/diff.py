@@ -35,6 +35,7 @@ from trainyard.review.changes import (
     FieldChange,
     ObjectChange,
     diff_objects,
+    diff_values,
 )
 from trainyard.review.policy_delta import Evaluator, PolicyDelta, PolicyResult, policy_delta
 from trainyard.review.values import arrow, compact
@@ -81,6 +82,7 @@ class Review:
     plan: dict[str, int] | None = None
     violations: tuple[PolicyResult, ...] = ()
     diagnostics: tuple[Diagnostic, ...] = ()
+    settings: tuple[FieldChange, ...] = ()
     notes: tuple[str, ...] = ()
     marker: str = "trainyard-review"
     extra: dict[str, Any] = field(default_factory=dict)
@@ -121,9 +123,34 @@ def review_platforms(base: Side, head: Side, *, title: str, evaluator: Evaluator
         before = evaluator(base.config, base.rendered) if base.config and base.rendered else []
         after = evaluator(head.config, head.rendered) if head.config and head.rendered else []
         policy = policy_delta(before, after)
-    highlights = highlights_for(changes, capacity, policy)
+    settings = settings_changes(base.config, head.config)
+    highlights = highlights_for(changes, capacity, policy) + settings_highlights(settings)
     return Review(title, base.label, head.label, tuple(changes), unchanged, tuple(highlights), capacity, policy,
-                  notes=tuple(notes), marker=marker)
+                  notes=tuple(notes), marker=marker, settings=tuple(settings))
+
+
+# Settings that the capacity table and the per-object sections already tell in full.
+_SHOWN_ELSEWHERE = ("tenants", "gpu_pools", "cohorts", "priority_classes", "runtimes.approved")
+MAX_SETTING_HIGHLIGHTS = 5
+
+
+def settings_changes(old: PlatformConfig | None, new: PlatformConfig | None) -> list[FieldChange]:
+    """The stack file's settings that changed, by path (tenants and pools by name, quotas by flavor).
+
+    Some settings change no object at all (``lifecycle.protect_data`` only changes how Pulumi
+    treats them), so the review names the settings themselves too.
+    """
+    if old is None or new is None:
+        return []
+    return diff_values(old.model_dump(mode="json"), new.model_dump(mode="json"), id_keys=("name", "flavor"))
+
+
+def settings_highlights(settings: Sequence[FieldChange]) -> list[str]:
+    other = [f for f in settings if not f.path.startswith(_SHOWN_ELSEWHERE)]
+    lines = [f"stack setting `{f.path}`: {arrow(f.old, f.new)}" for f in other[:MAX_SETTING_HIGHLIGHTS]]
+    if len(other) > MAX_SETTING_HIGHLIGHTS:
+        lines.append(f"{len(other) - MAX_SETTING_HIGHLIGHTS} more stack settings changed (see Stack settings)")
+    return lines
 
 
 def highlights_for(changes: Sequence[ObjectChange], capacity: CapacityDelta | None,
@@ -305,6 +332,8 @@ def review_to_dict(review: Review) -> dict[str, Any]:
         out["violations"] = [vars(v) for v in review.violations]
     if review.diagnostics:
         out["diagnostics"] = [vars(d) for d in review.diagnostics]
+    if review.settings:
+        out["settings"] = [field_dict(f) for f in review.settings]
     out.update(review.extra)
     return out
 

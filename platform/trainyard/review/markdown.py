@@ -116,16 +116,7 @@ class _Markdown:
 
     def render(self) -> str:
         r = self.review
-        self.add(f"<!-- {r.marker} -->", f"## Trainyard review: {r.title}", "")
-        self.add(f"**{_counts_line(r)}** · base: {r.base} · head: {r.head}", "")
-        if r.plan is not None:
-            self.add(f"**Pulumi plan:** {_plan_line(r.plan)}", "")
-        for note in r.notes:
-            self.add(f"> {note}", "")
-        if not r.changes and not r.diagnostics:
-            self.add("No changes.", "")
-        if r.highlights:
-            self.add("### Highlights", "", *(f"- {h}" for h in r.highlights), "")
+        self.header()
         if r.capacity is not None and r.capacity.changed:
             self.capacity(r.capacity)
         if r.policy is not None and r.policy.changed:
@@ -140,6 +131,8 @@ class _Markdown:
             self.table(["chart", "version"], "ll", [[n, arrow(o, v)] for n, o, v in r.chart_bumps()])
         if r.diagnostics:
             self.diagnostics()
+        if r.settings:
+            self.settings(r.settings)
         if len(r.changes) > FOLD_OBJECTS and len(r.by_concern()) > 1:
             self.add("### Counts per kind", "")
             self.table(["kind", *ACTIONS], "lrrrr", [[k, *(c[a] or "" for a in ACTIONS)] for k, c in _kind_counts(r.changes)])
@@ -149,6 +142,19 @@ class _Markdown:
             self.add("> Per-object details are left out: the full review is longer than a pull request comment "
                      "may be. Run `trainyard diff` locally, or read the job's artifact, for every field.", "")
         return "\n".join(self.out).rstrip("\n") + "\n"
+
+    def header(self) -> None:
+        r = self.review
+        self.add(f"<!-- {r.marker} -->", f"## Trainyard review: {r.title}", "")
+        self.add(f"**{_counts_line(r)}** · base: {r.base} · head: {r.head}", "")
+        if r.plan is not None:
+            self.add(f"**Pulumi plan:** {_plan_line(r.plan)}", "")
+        for note in r.notes:
+            self.add(f"> {note}", "")
+        if _nothing(r):
+            self.add("No changes.", "")
+        if r.highlights:
+            self.add("### Highlights", "", *(f"- {h}" for h in r.highlights), "")
 
     def capacity(self, capacity: CapacityDelta) -> None:
         self.add("### Capacity", "")
@@ -181,7 +187,32 @@ class _Markdown:
         self.add("### Policy results that changed", "")
         rows = [["new", r.severity, r.rule_id, f"`{r.object_id}`", r.message] for r in policy.new]
         rows += [["fixed", r.severity, r.rule_id, f"`{r.object_id}`", r.message] for r in policy.fixed]
+        fold = len(rows) > FOLD_OBJECTS
+        if fold:
+            counted = Counter((row[2], row[1], row[0]) for row in rows)
+            rules = sorted({(row[2], row[1]) for row in rows})
+            self.table(["rule", "severity", "new", "fixed"], "llrr",
+                       [[rule, severity, counted[(rule, severity, "new")] or "", counted[(rule, severity, "fixed")] or ""]
+                        for rule, severity in rules])
+            if not self.details:
+                return
+            self.add(f"<details><summary>{len(rows)} findings</summary>", "")
         self.table(["", "severity", "rule", "object", "message"], "lllll", rows)
+        if fold:
+            self.add("</details>", "")
+
+    def settings(self, settings: Sequence[FieldChange]) -> None:
+        lines = [line for f in settings for line in field_lines(f)]
+        self.add(f"### Stack settings ({len(settings)} changed)", "")
+        fold = len(lines) > FOLD_OBJECTS
+        if fold and not self.details:
+            return
+        if fold:
+            self.add(f"<details><summary>{len(settings)} settings</summary>", "")
+        fence = _fence(lines)
+        self.add(f"{fence}diff", *lines, fence, "")
+        if fold:
+            self.add("</details>", "")
 
     def diagnostics(self) -> None:
         self.add("### Diagnostics", "")
@@ -235,6 +266,10 @@ def _limits(old: Any, new: Any) -> str:
     return _before_after(old, new, missing=ABSENT, show=limit_text, moved=limit_arrow)
 
 
+def _nothing(review: Review) -> bool:
+    return not (review.changes or review.diagnostics or review.highlights or review.settings or review.violations)
+
+
 def to_markdown(review: Review, limit: int = COMMENT_LIMIT) -> str:
     """The review as a pull request comment; per-object details go where it would be too long."""
     text = _Markdown(review, details=True).render()
@@ -263,7 +298,7 @@ def to_text(review: Review) -> str:
     if r.plan is not None:
         out.append(f"Pulumi plan: {_plan_line(r.plan)}")
     out += [_plain(n) for n in r.notes]
-    if not r.changes and not r.diagnostics:
+    if _nothing(r):
         out.append("No changes.")
     if r.highlights:
         out += ["", "Highlights", *(f"  - {_plain(h)}" for h in r.highlights)]
@@ -286,6 +321,8 @@ def to_text(review: Review) -> str:
         out += ["", "Policy violations", *_text_table(["enforcement", "policy", "resource", "message"], rows)]
     if r.chart_bumps():
         out += ["", "Chart versions", *(f"  {n}: {arrow(o, v)}" for n, o, v in r.chart_bumps())]
+    if r.settings:
+        out += ["", f"Stack settings ({len(r.settings)} changed)", *(f"  {line}" for f in r.settings for line in field_lines(f))]
     if r.diagnostics:
         out += ["", "Diagnostics", *(f"  {d.severity}: {d.subject + ': ' if d.subject else ''}{d.message}"
                                      for d in r.diagnostics)]
