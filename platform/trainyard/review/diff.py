@@ -142,7 +142,9 @@ def settings_changes(old: PlatformConfig | None, new: PlatformConfig | None) -> 
     """
     if old is None or new is None:
         return []
-    return diff_values(old.model_dump(mode="json"), new.model_dump(mode="json"), id_keys=("name", "flavor"))
+    changes = diff_values(old.model_dump(mode="json"), new.model_dump(mode="json"), id_keys=("name", "flavor"))
+    # An unset setting of a tenant or pool added or removed whole says nothing.
+    return [c for c in changes if not ((c.old is ABSENT and c.new is None) or (c.new is ABSENT and c.old is None))]
 
 
 def settings_highlights(settings: Sequence[FieldChange]) -> list[str]:
