@@ -32,26 +32,25 @@ def kueue_api_version(obj: Manifest, ctx: Context) -> Iterator[str]:
         yield f"uses {api_version}, not {catalog.KUEUE_API}"
 
 
+def dangling(objects: Sequence[Manifest], kind: str, field: str, target_kind: str) -> Iterator[tuple[Manifest, str]]:
+    """Objects of ``kind`` whose ``spec.<field>`` names no declared ``target_kind``."""
+    targets = _names(objects, target_kind)
+    for obj in objects:
+        name = dig(obj, "spec", field) if obj.get("kind") == kind else None
+        if name is not None and name not in targets:
+            yield obj, f"spec.{field} {name!r} is not a declared {target_kind}"
+
+
 @stack_rule("local-queue-cluster-queue", "A LocalQueue points to an existing ClusterQueue.",
             "Set spec.clusterQueue to a ClusterQueue the stack declares (one per tenant, named after it).")
 def local_queue_cluster_queue(objects: Sequence[Manifest], ctx: Context) -> Iterator[tuple[Manifest | None, str]]:
-    cluster_queues = _names(objects, "ClusterQueue")
-    for obj in objects:
-        if obj.get("kind") == "LocalQueue":
-            target = dig(obj, "spec", "clusterQueue")
-            if target not in cluster_queues:
-                yield obj, f"spec.clusterQueue {target!r} is not a declared ClusterQueue"
+    yield from dangling(objects, "LocalQueue", "clusterQueue", "ClusterQueue")
 
 
 @stack_rule("flavor-topology-exists", "A ResourceFlavor's topologyName names an existing Topology.",
             "Set spec.topologyName to the stack's topology name, or declare the Topology.")
 def flavor_topology_exists(objects: Sequence[Manifest], ctx: Context) -> Iterator[tuple[Manifest | None, str]]:
-    topologies = _names(objects, "Topology")
-    for obj in objects:
-        if obj.get("kind") == "ResourceFlavor":
-            name = dig(obj, "spec", "topologyName")
-            if name is not None and name not in topologies:
-                yield obj, f"spec.topologyName {name!r} is not a declared Topology"
+    yield from dangling(objects, "ResourceFlavor", "topologyName", "Topology")
 
 
 def nominal_gpus(cluster_queue: Manifest) -> dict[str, int]:
