@@ -145,4 +145,7 @@ def open_stack_for(args: argparse.Namespace) -> Stack:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Run through the importable module so extensions register where main() looks for them.
+    from trainyard.cli import main as _main
+
+    raise SystemExit(_main())

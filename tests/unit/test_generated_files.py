@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 
+from tests.conftest import ROOT
 from trainyard.config.model import PlatformConfig
 from trainyard.config.reference import reference_markdown
-
-from tests.conftest import ROOT
 
 
 def test_stacks_schema_json_is_current() -> None:

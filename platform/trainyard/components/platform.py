@@ -7,6 +7,7 @@ Children, in apply order:
   a controller external, as the local rehearsal does);
 - ``Queueing``: Topology, ResourceFlavors, Cohorts, WorkloadPriorityClasses, ClusterQueues;
 - ``Runtimes``: the approved ClusterTrainingRuntimes;
+- ``Admission``: ValidatingAdmissionPolicies and their bindings;
 - one ``Tenant`` per team: its namespace first, then everything inside it.
 
 Every Kubernetes resource names the explicit provider built here; the project disables
@@ -66,12 +67,14 @@ class Tenant(pulumi.ComponentResource):
 
 
 class Controllers(pulumi.ComponentResource):
-    """Helm releases of the upstream controllers, CRDs off (Trainyard owns the CRDs)."""
+    """The upstream controllers: each one's namespace and the objects in it, then its Helm release.
 
-    def __init__(self, config: PlatformConfig, releases: list[ChartRelease], namespaces: list[Manifest],
+    Charts are installed with their CRDs off (Trainyard owns the CRDs).
+    """
+
+    def __init__(self, config: PlatformConfig, releases: list[ChartRelease], system_objects: list[Manifest],
                  opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource]) -> None:
         super().__init__(f"{TYPE_PREFIX}:Controllers", "controllers", None, opts)
-        by_name = {ns["metadata"]["name"]: ns for ns in namespaces}
         self.resources: list[pulumi.Resource] = []
         previous: list[pulumi.Resource] = []
         for release in releases:
@@ -79,8 +82,11 @@ class Controllers(pulumi.ComponentResource):
                 pulumi.log.info(f"{release.name}: controller is external on this stack; chart not installed",
                                 resource=self)
                 continue
-            namespace = KubernetesObject(by_name[release.namespace],
-                                         _object_opts(config, by_name[release.namespace], self, depends_on))
+            (namespace_obj,) = [o for o in system_objects
+                                if o["kind"] == "Namespace" and o["metadata"]["name"] == release.namespace]
+            namespace = KubernetesObject(namespace_obj, _object_opts(config, namespace_obj, self, depends_on))
+            inside = [KubernetesObject(o, _object_opts(config, o, self, [*depends_on, namespace]))
+                      for o in system_objects if o["metadata"].get("namespace") == release.namespace]
             chart = k8s.helm.v4.Chart(
                 release.name,
                 chart=release.chart,
@@ -89,12 +95,26 @@ class Controllers(pulumi.ComponentResource):
                 repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=release.repo) if release.repo else None,
                 values=release.values,
                 skip_crds=True,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, namespace, *previous]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, namespace, *inside, *previous]),
             )
             # JobSet before Kueue before Trainer: each one's webhooks serve the next one's objects.
             previous = [chart]
-            self.resources += [namespace, chart]
+            self.resources += [namespace, *inside, chart]
         self.register_outputs({"charts": [r.name for r in releases if not r.external]})
+
+
+def concern_of(obj: Manifest) -> str:
+    """Which child component declares an object."""
+    labels = obj["metadata"].get("labels") or {}
+    if COMPONENT_LABEL in labels:
+        return "controllers"
+    if obj["kind"] == "ClusterTrainingRuntime":
+        return "runtimes"
+    if obj["apiVersion"].startswith("admissionregistration.k8s.io/"):
+        return "admission"
+    if TENANT_LABEL in labels and obj["kind"] != "ClusterQueue":
+        return "tenant"
+    return "queueing"
 
 
 class Platform(pulumi.ComponentResource):
@@ -115,27 +135,21 @@ class Platform(pulumi.ComponentResource):
 
         self.crds = _Group("Crds", "crds", config, list(rendered.crds), child, [])
         crds: list[pulumi.Resource] = [self.crds]
-        system_namespaces = [o for o in rendered.objects
-                             if o["kind"] == "Namespace" and COMPONENT_LABEL in (o["metadata"].get("labels") or {})]
-        self.controllers = Controllers(config, list(rendered.releases), system_namespaces, child, crds)
-
+        groups: dict[str, list[Manifest]] = {"controllers": [], "runtimes": [], "admission": [], "queueing": []}
         by_tenant: dict[str, list[Manifest]] = {}
-        cluster_scoped: list[Manifest] = []
-        runtimes: list[Manifest] = []
         for obj in rendered.objects:
-            if any(obj is ns for ns in system_namespaces):
-                continue
-            tenant = (obj["metadata"].get("labels") or {}).get(TENANT_LABEL)
-            if obj["kind"] == "ClusterTrainingRuntime":
-                runtimes.append(obj)
-            elif tenant is not None and obj["kind"] != "ClusterQueue":
-                by_tenant.setdefault(tenant, []).append(obj)
+            concern = concern_of(obj)
+            if concern == "tenant":
+                by_tenant.setdefault(obj["metadata"]["labels"][TENANT_LABEL], []).append(obj)
             else:
-                cluster_scoped.append(obj)
+                groups[concern].append(obj)
 
-        self.queueing = _Group("Queueing", "queueing", config, cluster_scoped, child, crds)
-        self.runtimes = _Group("Runtimes", "runtimes", config, runtimes, child, crds)
-        self.tenants = [Tenant(name, config, objects, child, [*crds, self.queueing])
+        self.controllers = Controllers(config, list(rendered.releases), groups["controllers"], child, crds)
+        self.queueing = _Group("Queueing", "queueing", config, groups["queueing"], child, crds)
+        self.runtimes = _Group("Runtimes", "runtimes", config, groups["runtimes"], child, crds)
+        self.admission = _Group("Admission", "admission", config, groups["admission"], child, crds)
+        # Admission policies first: no tenant object exists before the rules that guard it.
+        self.tenants = [Tenant(name, config, objects, child, [*crds, self.queueing, self.admission])
                         for name, objects in by_tenant.items()]
         self.register_outputs({
             "environment": config.environment,
