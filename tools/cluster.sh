@@ -250,8 +250,14 @@ cmd_nodes() {
   json="$(kc create --dry-run=client -o json -f "$file")"
   python3 -c '
 import json, sys
-doc = json.loads(sys.stdin.read())
-items = doc.get("items", [doc]) if doc.get("kind") == "List" else [doc]
+text, dec, pos, items = sys.stdin.read(), json.JSONDecoder(), 0, []
+while True:  # kubectl prints one JSON document per object, or a List
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    if pos >= len(text):
+        break
+    doc, pos = dec.raw_decode(text, pos)
+    items.extend(doc.get("items", []) if doc.get("kind") == "List" else [doc])
 for it in items:
     if it.get("kind") == "Node" and it.get("status"):
         print(it["metadata"]["name"] + "\t" + json.dumps({"status": it["status"]}))
