@@ -79,7 +79,7 @@ tool_ldflags() {
   echo "-s -w$x"
 }
 
-tool_buildflags() { echo "-trimpath -mod=readonly"; }
+tool_buildflags() { echo "-trimpath -mod=readonly -buildvcs=false"; }
 
 # ------------------------------------------------------------------ helpers
 log() { printf '%s\n' "$*" >&2; }
