@@ -188,7 +188,7 @@ main() {
     case "$a" in
       --check) check=1 ;;
       --list) for t in "${ALL_TOOLS[@]}"; do echo "$t: $(tool_bins "$t" | cut -d' ' -f1 | tr '\n' ' ')"; done; return 0 ;;
-      -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; return 0 ;;
+      -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; return 0 ;;
       all) tools+=("${ALL_TOOLS[@]}") ;;
       *) tool_bins "$a" >/dev/null; tools+=("$a") ;;
     esac
