@@ -95,9 +95,9 @@ class ClusterAccess(Model):
 class Versions(Model):
     """Upstream component versions. Defaults come from ``trainyard.catalog``."""
 
-    kueue: str = catalog.DEFAULT_VERSIONS["kueue"]
-    jobset: str = catalog.DEFAULT_VERSIONS["jobset"]
-    trainer: str = catalog.DEFAULT_VERSIONS["trainer"]
+    kueue: str = Field(default=catalog.DEFAULT_VERSIONS["kueue"], description="Kueue release (chart and CRDs).")
+    jobset: str = Field(default=catalog.DEFAULT_VERSIONS["jobset"], description="JobSet release (chart and CRD).")
+    trainer: str = Field(default=catalog.DEFAULT_VERSIONS["trainer"], description="Kubeflow Trainer release (chart and CRDs).")
 
     @model_validator(mode="after")
     def _known(self) -> Versions:
@@ -115,7 +115,9 @@ class CrdSource(Model):
     Either way every file is verified against the git blob SHA pinned in the catalog.
     """
 
-    source: Literal["release", "mirror"] = "release"
+    source: Literal["release", "mirror"] = Field(
+        default="release", description="'release': the pinned upstream files (a mirror or the cache is used first if present); "
+        "'mirror': only the mirror directory, never the network.")
     mirror_dir: str | None = Field(
         default=None,
         description="Directory laid out as <component>/v<version>/<file>.yaml; relative to the stack file. "
@@ -130,9 +132,9 @@ class CrdSource(Model):
 
 
 class Taint(Model):
-    key: LabelKey
-    value: LabelValue | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    key: LabelKey = Field(description="Taint key carried by the pool's nodes.")
+    value: LabelValue | None = Field(default=None, description="Taint value; unset tolerates any value.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(description="Taint effect.")
 
 
 class GpuPool(Model):
@@ -140,12 +142,13 @@ class GpuPool(Model):
 
     name: Name = Field(description="Pool name; also the ResourceFlavor name.")
     gpu_product: str = Field(description="GPU product, as the GPU feature discovery label reports it.")
-    gpus_per_node: int = Field(gt=0)
-    nodes: int = Field(gt=0)
+    gpus_per_node: int = Field(gt=0, description="Allocatable nvidia.com/gpu per node.")
+    nodes: int = Field(gt=0, description="Number of nodes; physical GPUs = nodes x gpus_per_node.")
     cpu_per_node: Quantity = Field(description="Allocatable CPU per node.")
     memory_per_node: Quantity = Field(description="Allocatable memory per node.")
     node_labels: Labels = Field(description="Labels that select exactly this pool's nodes.")
-    taints: tuple[Taint, ...] = ()
+    taints: tuple[Taint, ...] = Field(
+        default=(), description="Taints of the pool's nodes; the flavor tolerates them for admitted pods.")
     topology_labels: tuple[LabelKey, ...] = Field(
         default=(),
         description=f"Topology label keys the pool's nodes carry (e.g. block, rack); {HOSTNAME_LABEL} is implied.",
@@ -164,8 +167,8 @@ class GpuPool(Model):
 
 
 class TopologyLevel(Model):
-    name: Name
-    node_label: LabelKey
+    name: Name = Field(description="Level name used by runtimes.topology.level (e.g. block, rack, host).")
+    node_label: LabelKey = Field(description="Node label whose value identifies the domain at this level.")
 
 
 class Topology(Model):
@@ -174,8 +177,8 @@ class Topology(Model):
     Ref: https://kueue.sigs.k8s.io/docs/concepts/topology_aware_scheduling/
     """
 
-    name: Name = "default"
-    levels: tuple[TopologyLevel, ...] = Field(min_length=1)
+    name: Name = Field(default="default", description="Name of the Kueue Topology object.")
+    levels: tuple[TopologyLevel, ...] = Field(min_length=1, description="Levels, widest first; kubernetes.io/hostname only last.")
 
     @model_validator(mode="after")
     def _levels(self) -> Topology:
@@ -192,40 +195,42 @@ class Topology(Model):
 class Requeuing(Model):
     """Ref: Kueue config v1beta2 RequeuingStrategy (apis/config/v1beta2/configuration_types.go)."""
 
-    timestamp: Literal["Eviction", "Creation"] = "Eviction"
-    backoff_limit_count: int | None = Field(default=5, ge=0)
-    backoff_base_seconds: int = Field(default=60, gt=0)
-    backoff_max_seconds: int = Field(default=3600, gt=0)
+    timestamp: Literal["Eviction", "Creation"] = Field(default="Eviction", description="Requeue ordering timestamp.")
+    backoff_limit_count: int | None = Field(
+        default=5, ge=0, description="Requeues before the workload is deactivated; null = forever.")
+    backoff_base_seconds: int = Field(default=60, gt=0, description="Base of the exponential requeue backoff.")
+    backoff_max_seconds: int = Field(default=3600, gt=0, description="Longest requeue backoff.")
 
 
 class WaitForPodsReady(Model):
     """All-or-nothing admission: an admitted workload whose pods are not all ready in time is evicted."""
 
-    timeout: Duration = "10m"
-    recovery_timeout: Duration | None = None
-    block_admission: bool = False
-    requeuing: Requeuing = Requeuing()
+    timeout: Duration = Field(default="10m", description="Time for all pods of an admitted workload to become ready.")
+    recovery_timeout: Duration | None = Field(default=None, description="Time to recover after a pod fails while running.")
+    block_admission: bool = Field(default=False, description="Admit nothing else until the admitted workload's pods are ready.")
+    requeuing: Requeuing = Field(default=Requeuing(), description="How evicted workloads are requeued.")
 
 
 class FairSharing(Model):
-    enabled: bool = True
-    preemption_strategies: tuple[Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"], ...] = (
-        "LessThanOrEqualToFinalShare",
-        "LessThanInitialShare",
-    )
+    enabled: bool = Field(default=True, description="Fair sharing between ClusterQueues of a cohort.")
+    preemption_strategies: tuple[Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"], ...] = Field(
+        default=("LessThanOrEqualToFinalShare", "LessThanInitialShare"),
+        description="Which preemptions fair sharing allows, tried in order.")
 
 
 class BorrowWithinCohort(Model):
-    policy: Literal["Never", "LowerPriority"] = "LowerPriority"
-    max_priority_threshold: int | None = None
+    policy: Literal["Never", "LowerPriority"] = Field(default="LowerPriority", description="Preempt to borrow within the cohort.")
+    max_priority_threshold: int | None = Field(default=None, description="Only preempt workloads at or below this priority.")
 
 
 class Preemption(Model):
     """ClusterQueue preemption. Ref: ClusterQueue v1beta2 spec.preemption."""
 
-    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "LowerPriority"
-    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = "Any"
-    borrow_within_cohort: BorrowWithinCohort = BorrowWithinCohort()
+    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = Field(
+        default="LowerPriority", description="Preemption among a tenant's own workloads.")
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = Field(
+        default="Any", description="Preempt borrowers to reclaim nominal quota.")
+    borrow_within_cohort: BorrowWithinCohort = Field(default=BorrowWithinCohort(), description="Preemption while borrowing.")
 
     @model_validator(mode="after")
     def _crd_rule(self) -> Preemption:
@@ -236,36 +241,37 @@ class Preemption(Model):
 
 
 class KueueSettings(Model):
-    wait_for_pods_ready: WaitForPodsReady = WaitForPodsReady()
-    fair_sharing: FairSharing = FairSharing()
-    preemption: Preemption = Preemption()
-    queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "BestEffortFIFO"
+    wait_for_pods_ready: WaitForPodsReady = Field(default=WaitForPodsReady(), description="All-or-nothing admission.")
+    fair_sharing: FairSharing = Field(default=FairSharing(), description="Fair sharing across the cohort tree.")
+    preemption: Preemption = Field(default=Preemption(), description="ClusterQueue preemption policy (every tenant).")
+    queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = Field(
+        default="BestEffortFIFO", description="BestEffortFIFO lets smaller jobs pass a blocked head of queue.")
     manage_jobs_without_queue_name: bool = Field(
         default=True, description="Suspend jobs in managed namespaces that name no queue (nothing bypasses quota)."
     )
 
 
 class PriorityClass(Model):
-    name: Name
-    value: int
-    description: str = ""
+    name: Name = Field(description="WorkloadPriorityClass name; TrainJobs select it with kueue.x-k8s.io/priority-class.")
+    value: int = Field(description="Higher runs first and may preempt lower.")
+    description: str = Field(default="", description="Shown to tenants.")
 
 
 class Cohort(Model):
-    name: Name
-    parent: Name | None = None
-    fair_share_weight: Quantity | None = None
+    name: Name = Field(description="Cohort name; tenants in one cohort lend and borrow unused quota.")
+    parent: Name | None = Field(default=None, description="Parent cohort (hierarchical cohorts).")
+    fair_share_weight: Quantity | None = Field(default=None, description="Share of the parent under fair sharing.")
 
 
 class FlavorQuota(Model):
     """A tenant's quota on one GPU flavor. CPU and memory default to the GPU share of a node."""
 
-    flavor: Name
+    flavor: Name = Field(description="GPU pool (ResourceFlavor) name.")
     gpus: int = Field(ge=0, description="Nominal GPU quota.")
     borrowing_limit: int | None = Field(default=None, ge=0, description="GPUs above nominal it may borrow; unset = no limit.")
     lending_limit: int | None = Field(default=None, ge=0, description="GPUs of its nominal it may lend; unset = all.")
-    cpu: Quantity | None = None
-    memory: Quantity | None = None
+    cpu: Quantity | None = Field(default=None, description="Nominal CPU; default: the GPU share of the pool's node CPU.")
+    memory: Quantity | None = Field(default=None, description="Nominal memory; default: the GPU share of node memory.")
 
     @model_validator(mode="after")
     def _lending(self) -> FlavorQuota:
@@ -275,22 +281,22 @@ class FlavorQuota(Model):
 
 
 class StorageQuota(Model):
-    requests: Quantity = "1Ti"
-    persistent_volume_claims: int = Field(default=20, ge=0)
+    requests: Quantity = Field(default="1Ti", description="Total PVC storage requests in the namespace.")
+    persistent_volume_claims: int = Field(default=20, ge=0, description="Number of PVCs in the namespace.")
 
 
 class Tenant(Model):
     """An ML team: a namespace, a LocalQueue on its own ClusterQueue, quotas and member groups."""
 
-    name: Name
+    name: Name = Field(description="Tenant name; also its ClusterQueue's name.")
     namespace: Name | None = Field(default=None, description="Defaults to the tenant name.")
-    cohort: Name | None = None
-    quotas: tuple[FlavorQuota, ...] = Field(min_length=1)
-    fair_share_weight: Quantity | None = None
+    cohort: Name | None = Field(default=None, description="Cohort to borrow from and lend to; none = isolated quota.")
+    quotas: tuple[FlavorQuota, ...] = Field(min_length=1, description="Quota per GPU flavor.")
+    fair_share_weight: Quantity | None = Field(default=None, description="Share within the cohort under fair sharing.")
     priority_classes: tuple[Name, ...] = Field(default=(), description="Allowed WorkloadPriorityClasses.")
-    default_priority_class: Name | None = None
+    default_priority_class: Name | None = Field(default=None, description="Documented default for the tenant's jobs.")
     groups: tuple[str, ...] = Field(default=(), description="Identity-provider groups bound to the tenant role.")
-    storage: StorageQuota = StorageQuota()
+    storage: StorageQuota = Field(default=StorageQuota(), description="Storage part of the namespace ResourceQuota.")
     max_trainjobs: int = Field(default=50, ge=0, description="ResourceQuota on TrainJob objects in the namespace.")
 
     @property
@@ -311,7 +317,8 @@ class Tenant(Model):
 class TopologyRequest(Model):
     """How approved runtimes ask Kueue to place a job's pods (a podset topology annotation)."""
 
-    mode: Literal["preferred", "required"] = "preferred"
+    mode: Literal["preferred", "required"] = Field(
+        default="preferred", description="required: wait for a domain that fits; preferred: pack as tightly as possible.")
     level: Name = Field(description="Name of a topology level.")
 
 
@@ -323,7 +330,7 @@ class Runtimes(Model):
     approved_registries: tuple[str, ...] = Field(
         min_length=1, description="Image prefixes allowed in runtimes and tenant workloads (e.g. 'registry.example.com/ml/')."
     )
-    topology: TopologyRequest | None = None
+    topology: TopologyRequest | None = Field(default=None, description="Topology annotation added to the runtimes' GPU pods.")
 
 
 class Lifecycle(Model):
@@ -337,7 +344,8 @@ class Lifecycle(Model):
 class Rehearsal(Model):
     """Local rehearsal: which upstream controllers are external (CRDs and config applied, no Deployments)."""
 
-    external_controllers: tuple[Literal["kueue", "jobset", "trainer"], ...] = ()
+    external_controllers: tuple[Literal["kueue", "jobset", "trainer"], ...] = Field(
+        default=(), description="Controllers whose charts are not installed (CRDs and Trainyard objects still are).")
 
 
 # security.py builds on Model and the name types above, so it is imported here, not at the top.
@@ -347,20 +355,20 @@ from trainyard.config.security import Security  # noqa: E402
 class PlatformConfig(Model):
     """The whole platform for one environment."""
 
-    environment: Name
-    cluster: ClusterAccess
-    versions: Versions = Versions()
-    crds: CrdSource = CrdSource()
-    gpu_pools: tuple[GpuPool, ...] = Field(min_length=1)
+    environment: Name = Field(description="Environment name (local, staging, prod); shown in reports.")
+    cluster: ClusterAccess = Field(description="How Pulumi reaches the cluster.")
+    versions: Versions = Field(default=Versions(), description="Upstream component versions.")
+    crds: CrdSource = Field(default=CrdSource(), description="Where the upstream CRDs come from.")
+    gpu_pools: tuple[GpuPool, ...] = Field(min_length=1, description="GPU node pools; one ResourceFlavor each.")
     allow_overcommit: bool = Field(default=False, description="Allow nominal GPU quotas above the physical GPUs.")
-    topology: Topology | None = None
-    kueue: KueueSettings = KueueSettings()
-    priority_classes: tuple[PriorityClass, ...] = ()
-    cohorts: tuple[Cohort, ...] = ()
-    tenants: tuple[Tenant, ...] = Field(min_length=1)
-    runtimes: Runtimes
-    lifecycle: Lifecycle = Lifecycle()
-    rehearsal: Rehearsal = Rehearsal()
+    topology: Topology | None = Field(default=None, description="Topology-aware scheduling levels; none = TAS off.")
+    kueue: KueueSettings = Field(default=KueueSettings(), description="Kueue controller and queue settings.")
+    priority_classes: tuple[PriorityClass, ...] = Field(default=(), description="WorkloadPriorityClasses.")
+    cohorts: tuple[Cohort, ...] = Field(default=(), description="Cohorts (a tree through parent).")
+    tenants: tuple[Tenant, ...] = Field(min_length=1, description="ML teams.")
+    runtimes: Runtimes = Field(description="Approved ClusterTrainingRuntimes.")
+    lifecycle: Lifecycle = Field(default=Lifecycle(), description="Protection of data-holding resources.")
+    rehearsal: Rehearsal = Field(default=Rehearsal(), description="Local rehearsal settings.")
     security: Security = Security()
 
     def pool(self, name: str) -> GpuPool:
