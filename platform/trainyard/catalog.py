@@ -31,6 +31,15 @@ class ChartRef:
 
 
 @dataclass(frozen=True)
+class Image:
+    """A controller image as upstream publishes it."""
+
+    registry: str
+    repository: str
+    tag: str
+
+
+@dataclass(frozen=True)
 class Release:
     """One pinned upstream release of a component."""
 
@@ -41,6 +50,7 @@ class Release:
     chart: ChartRef
     namespace: str
     crds: tuple[CrdFile, ...]
+    image: Image
 
     def crd_url(self, crd: CrdFile) -> str:
         """The raw URL of a CRD file at this release's tag (used when no mirror is configured)."""
@@ -94,6 +104,7 @@ RELEASES: dict[tuple[str, str], Release] = {
             chart=ChartRef("oci://registry.k8s.io/kueue/charts/kueue"),
             namespace="kueue-system",
             crds=_KUEUE_CRDS,
+            image=Image("registry.k8s.io", "kueue/kueue", "v0.19.2"),
         ),
         Release(
             component="jobset",
@@ -103,6 +114,7 @@ RELEASES: dict[tuple[str, str], Release] = {
             chart=ChartRef("oci://registry.k8s.io/jobset/charts/jobset"),
             namespace="jobset-system",
             crds=_JOBSET_CRDS,
+            image=Image("registry.k8s.io", "jobset/jobset", "v0.12.0"),
         ),
         Release(
             component="trainer",
@@ -113,6 +125,7 @@ RELEASES: dict[tuple[str, str], Release] = {
             chart=ChartRef("oci://ghcr.io/kubeflow/charts/kubeflow-trainer"),
             namespace="kubeflow-system",
             crds=_TRAINER_CRDS,
+            image=Image("ghcr.io", "kubeflow/trainer/trainer-controller-manager", "v2.3.0"),
         ),
     )
 }

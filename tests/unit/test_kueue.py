@@ -101,3 +101,17 @@ def test_a_tenant_without_cohort_gets_no_borrowing_preemption() -> None:
     spec = kueue.cluster_queue_for(config, tenant)["spec"]
     assert "cohortName" not in spec
     assert "borrowWithinCohort" not in spec["preemption"]
+
+
+def test_controller_images_come_from_the_mirror_with_pinned_tags() -> None:
+    from trainyard.manifests import installs
+
+    releases = {r.name: r for r in installs.build(stack("prod").config)}
+    assert releases["jobset"].values["image"] == {
+        "registry": "registry.trainyard.internal", "repository": "mirror/jobset/jobset", "tag": "v0.12.0",
+        "pullPolicy": "IfNotPresent"}
+    assert releases["kueue"].values["controllerManager"]["manager"]["image"]["repository"] == (
+        "registry.trainyard.internal/mirror/kueue/kueue")
+    assert releases["trainer"].values["image"]["tag"] == "v2.3.0"
+    upstream = {r.name: r for r in installs.build(stack("local").config)}
+    assert upstream["kueue"].values["controllerManager"]["manager"]["image"]["repository"] == "registry.k8s.io/kueue/kueue"

@@ -333,6 +333,22 @@ class Runtimes(Model):
     topology: TopologyRequest | None = Field(default=None, description="Topology annotation added to the runtimes' GPU pods.")
 
 
+class Images(Model):
+    """Where the controller images come from."""
+
+    registry_mirror: str | None = Field(
+        default=None,
+        description="Prefix of the platform's image mirror (e.g. 'registry.example.com/mirror/'); controller images "
+        "are pulled as <mirror><upstream repository>. Unset: the upstream registries.",
+    )
+
+    @model_validator(mode="after")
+    def _prefix(self) -> Images:
+        if self.registry_mirror is not None and not self.registry_mirror.endswith("/"):
+            raise ValueError("registry_mirror must end with '/' (it is a prefix)")
+        return self
+
+
 class Lifecycle(Model):
     protect_data: bool = Field(
         default=True,
@@ -367,6 +383,7 @@ class PlatformConfig(Model):
     cohorts: tuple[Cohort, ...] = Field(default=(), description="Cohorts (a tree through parent).")
     tenants: tuple[Tenant, ...] = Field(min_length=1, description="ML teams.")
     runtimes: Runtimes = Field(description="Approved ClusterTrainingRuntimes.")
+    images: Images = Field(default=Images(), description="Controller image sources.")
     lifecycle: Lifecycle = Field(default=Lifecycle(), description="Protection of data-holding resources.")
     rehearsal: Rehearsal = Field(default=Rehearsal(), description="Local rehearsal settings.")
     security: Security = Security()

@@ -69,12 +69,36 @@ def namespaces(config: PlatformConfig) -> list[Manifest]:
     ]
 
 
+def controller_image(config: PlatformConfig, component: str) -> tuple[str, str, str]:
+    """(registry, repository, tag) of a controller: upstream, or the same repository under the mirror."""
+    image = catalog.release(component, getattr(config.versions, component)).image
+    mirror = config.images.registry_mirror
+    if mirror is None:
+        return image.registry, image.repository, image.tag
+    host, _, path = mirror.rstrip("/").partition("/")
+    return host, f"{path}/{image.repository}" if path else image.repository, image.tag
+
+
 def build(config: PlatformConfig) -> list[ChartRelease]:
     kueue_config = yaml.safe_dump(kueue.controller_configuration(config), sort_keys=False)
+    jobset_registry, jobset_repository, jobset_tag = controller_image(config, "jobset")
+    kueue_registry, kueue_repository, kueue_tag = controller_image(config, "kueue")
+    trainer_registry, trainer_repository, trainer_tag = controller_image(config, "trainer")
+    # Tags are pinned explicitly: the Kueue chart's own default is "main" with pullPolicy Always.
+    # Ref: values.yaml of each chart (jobset image.*, kueue controllerManager.manager.image.*, trainer image.*).
     return [
-        _release(config, "jobset", {}),
-        _release(config, "kueue", {"managerConfig": {"controllerManagerConfigYaml": kueue_config}}),
+        _release(config, "jobset", {
+            "image": {"registry": jobset_registry, "repository": jobset_repository, "tag": jobset_tag,
+                      "pullPolicy": "IfNotPresent"},
+        }),
+        _release(config, "kueue", {
+            "controllerManager": {"manager": {"image": {
+                "repository": f"{kueue_registry}/{kueue_repository}", "tag": kueue_tag, "pullPolicy": "IfNotPresent"}}},
+            "managerConfig": {"controllerManagerConfigYaml": kueue_config},
+        }),
         _release(config, "trainer", {
+            "image": {"registry": trainer_registry, "repository": trainer_repository, "tag": trainer_tag,
+                      "pullPolicy": "IfNotPresent"},
             # JobSet is installed on its own above; Trainer must not bundle a second one.
             "jobset": {"install": False},
             # Only the runtimes reviewed in runtimes/ are installed.
