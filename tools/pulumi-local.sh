@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Run the real Pulumi engine for a Trainyard stack against the local control plane.
+#
+#   tools/pulumi-local.sh up|preview|destroy|refresh [STACK] [extra pulumi args...]
+#   tools/pulumi-local.sh env [STACK]     print the environment it runs Pulumi with
+#   tools/pulumi-local.sh rundir [STACK]  prepare the run directory and print its path
+#
+# STACK defaults to `local`. Pulumi runs in a run directory outside the repository
+# (${TRAINYARD_RUN_DIR:-~/.cache/trainyard/run/STACK}) so that nothing it writes (the
+# passphrase provider's `encryptionsalt:`) dirties the repo's stack file:
+#   Pulumi.yaml                copied from the repo
+#   platform -> REPO/platform  the program (it finds runtimes/ and stacks/ in the repo)
+#   .venv -> REPO/.venv        Pulumi.yaml says `virtualenv: .venv`
+#   stacks/Pulumi.STACK.yaml   the repo's stack file (or $TRAINYARD_STACK_FILE) plus the
+#                              persisted `encryptionsalt:` line (kept in .encryptionsalt)
+# State: file backend in ${TRAINYARD_STATE_DIR:-~/.cache/trainyard/state}, encrypted with a
+# random passphrase generated once into STATE/passphrase (0600). Pulumi's own home
+# (login, workspace) is ${TRAINYARD_PULUMI_HOME:-~/.cache/trainyard/pulumi-home}, so the
+# user's ~/.pulumi is left alone. The cluster (tools/cluster.sh, same TRAINYARD_CLUSTER_DIR
+# and port variables) is started with the stack's fake nodes if it is not up.
+# See docs/rehearsal.md.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TOOLS_DIR="${TRAINYARD_TOOLS_DIR:-$HOME/.cache/trainyard/tools}"
+BIN_DIR="$TOOLS_DIR/bin"
+CLUSTER_DIR="${TRAINYARD_CLUSTER_DIR:-$HOME/.cache/trainyard/cluster}"
+STATE_DIR="${TRAINYARD_STATE_DIR:-$HOME/.cache/trainyard/state}"
+PULUMI_HOME_DIR="${TRAINYARD_PULUMI_HOME:-$HOME/.cache/trainyard/pulumi-home}"
+VENV="$REPO/.venv"
+CONTEXT=trainyard-local
+
+log() { printf '%s\n' "$*" >&2; }
+die() { log "pulumi-local.sh: $*"; exit 2; }
+usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+# The stack file the run uses: $TRAINYARD_STACK_FILE, or the repo's stacks/Pulumi.STACK.yaml.
+source_stack_file() {
+  local stack="$1"
+  if [[ -n "${TRAINYARD_STACK_FILE:-}" ]]; then echo "$TRAINYARD_STACK_FILE"
+  else echo "$REPO/stacks/Pulumi.$stack.yaml"
+  fi
+}
+
+# Validate the stack with Trainyard itself and print its cluster.context.
+stack_context() {
+  local file="$1"
+  "$VENV/bin/python" - "$file" <<'EOF'
+import sys
+from pathlib import Path
+from trainyard.config import ConfigError, load_stack
+try:
+    config = load_stack(Path(sys.argv[1]))
+except ConfigError as exc:
+    print(f"invalid stack {exc.file}", file=sys.stderr)
+    for problem in exc.problems:
+        print(f"  {problem.render(exc.file)}", file=sys.stderr)
+    sys.exit(2)
+print(config.cluster.context)
+EOF
+}
+
+prepare_env() {
+  export PATH="$BIN_DIR:$PATH"
+  export KUBECONFIG="$CLUSTER_DIR/kubeconfig"
+  export PULUMI_HOME="$PULUMI_HOME_DIR"
+  export PULUMI_BACKEND_URL="file://$STATE_DIR"
+  export PULUMI_CONFIG_PASSPHRASE_FILE="$STATE_DIR/passphrase"
+  unset PULUMI_CONFIG_PASSPHRASE
+  export PULUMI_SKIP_UPDATE_CHECK=true
+  export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=true
+  unset PULUMI_IGNORE_AMBIENT_PLUGINS
+  # The upstream CRD mirror next to the repo, if there is one (else the program uses its cache
+  # or downloads the pinned release files).
+  if [[ -z "${TRAINYARD_CRDS_DIR:-}" && -d "$REPO/../shared/crds" ]]; then
+    TRAINYARD_CRDS_DIR="$(cd "$REPO/../shared/crds" && pwd)"
+  fi
+  if [[ -n "${TRAINYARD_CRDS_DIR:-}" ]]; then export TRAINYARD_CRDS_DIR; fi
+}
+
+# The salt of an existing stack, read from its checkpoint in the state; empty if there is none.
+salt_from_state() {
+  local checkpoint="$STATE_DIR/.pulumi/stacks/trainyard/$1.json"
+  [[ -f "$checkpoint" ]] || return 0
+  "$VENV/bin/python" - "$checkpoint" <<'PY'
+import json, sys
+deployment = json.load(open(sys.argv[1])).get("checkpoint", {}).get("latest") or {}
+salt = ((deployment.get("secrets_providers") or {}).get("state") or {}).get("salt")
+if salt:
+    print(f"encryptionsalt: {salt}")
+PY
+}
+
+# Create the run directory (idempotent) and write its stack file; print its path.
+prepare_run_dir() {
+  local stack="$1" src="$2" run salt
+  run="${TRAINYARD_RUN_DIR:-$HOME/.cache/trainyard/run/$stack}"
+  mkdir -p "$run/stacks" "$STATE_DIR" "$PULUMI_HOME_DIR"
+  cp "$REPO/Pulumi.yaml" "$run/Pulumi.yaml"
+  ln -sfn "$REPO/platform" "$run/platform"
+  ln -sfn "$VENV" "$run/.venv"
+  if [[ ! -s "$STATE_DIR/passphrase" ]]; then
+    if compgen -G "$STATE_DIR/.pulumi/stacks/*/*.json" >/dev/null; then
+      die "$STATE_DIR holds stacks but its passphrase file is gone; reset with: rm -rf $STATE_DIR (see docs/rehearsal.md)"
+    fi
+    (umask 077; openssl rand -hex 32 > "$STATE_DIR/passphrase")
+  fi
+  chmod 600 "$STATE_DIR/passphrase"
+  # The salt must belong to this state's passphrase: the stack's checkpoint has the one in use;
+  # without a checkpoint the stack is new and Pulumi writes a fresh salt on `stack select --create`.
+  salt=""
+  if [[ -f "$STATE_DIR/.pulumi/stacks/trainyard/$stack.json" ]]; then
+    salt="$(salt_from_state "$stack")"
+    if [[ -z "$salt" && -s "$run/.encryptionsalt" ]]; then salt="$(cat "$run/.encryptionsalt")"; fi
+  fi
+  { [[ -n "$salt" ]] && echo "$salt"; cat "$src"; } > "$run/stacks/Pulumi.$stack.yaml.tmp"
+  mv -f "$run/stacks/Pulumi.$stack.yaml.tmp" "$run/stacks/Pulumi.$stack.yaml"
+  echo "$run"
+}
+
+# Keep the salt Pulumi wrote into the run's stack file, for the next regeneration.
+persist_salt() {
+  local run="$1" stack="$2" line
+  line="$(grep -m1 '^encryptionsalt:' "$run/stacks/Pulumi.$stack.yaml" || true)"
+  if [[ -n "$line" ]]; then printf '%s\n' "$line" > "$run/.encryptionsalt"; fi
+}
+
+ensure_cluster() {
+  local stack_file="$1"
+  if TRAINYARD_CLUSTER_DIR="$CLUSTER_DIR" "$REPO/tools/cluster.sh" status >/dev/null 2>&1; then
+    log "==> cluster: up ($KUBECONFIG)"
+    return 0
+  fi
+  local nodes="$CLUSTER_DIR/fake-nodes.yaml"
+  mkdir -p "$CLUSTER_DIR"
+  "$VENV/bin/trainyard" fake-nodes "$stack_file" > "$nodes"
+  TRAINYARD_CLUSTER_DIR="$CLUSTER_DIR" "$REPO/tools/cluster.sh" up --nodes "$nodes"
+}
+
+main() {
+  local cmd="${1:-}"
+  case "$cmd" in
+    up|preview|destroy|refresh|env|rundir) shift ;;
+    -h|--help|help|"") usage; return 0 ;;
+    *) die "unknown command '$cmd' (up|preview|destroy|refresh|env|rundir)" ;;
+  esac
+  local stack=local
+  if [[ $# -gt 0 && "$1" != -* ]]; then stack="$1"; shift; fi
+  [[ "$stack" =~ ^[A-Za-z0-9_.-]+$ ]] || die "bad stack name '$stack' (a name like local, not a path)"
+
+  [[ -x "$VENV/bin/python" ]] || die "$VENV missing: run make setup"
+  "$REPO/tools/build.sh" --check >/dev/null 2>&1 || die "tools not built or stale: run make tools (tools/build.sh)"
+  local src; src="$(source_stack_file "$stack")"
+  [[ -f "$src" ]] || die "no stack file $src"
+  local context; context="$(stack_context "$src")" || exit 2
+  [[ "$context" == "$CONTEXT" ]] \
+    || die "stack $stack targets cluster.context '$context'; this script only deploys to the local control plane (context $CONTEXT)"
+
+  prepare_env
+  local run; run="$(prepare_run_dir "$stack" "$src")"
+  if [[ "$cmd" == env ]]; then
+    local v
+    for v in PATH KUBECONFIG PULUMI_HOME PULUMI_BACKEND_URL PULUMI_CONFIG_PASSPHRASE_FILE PULUMI_SKIP_UPDATE_CHECK \
+             PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION TRAINYARD_CRDS_DIR; do
+      printf 'export %s=%q\n' "$v" "${!v}"
+    done
+    printf 'cd %q\n' "$run"
+    return 0
+  fi
+  if [[ "$cmd" == rundir ]]; then echo "$run"; return 0; fi
+
+  log "==> path: local control plane built from Go modules (etcd + kube-apiserver + kube-controller-manager on 127.0.0.1;"
+  log "    kind/Docker is not used: not implemented). Engine: $("$BIN_DIR/pulumi" version), provider kubernetes from $BIN_DIR"
+  ensure_cluster "$src"
+  log "==> run dir $run, state $PULUMI_BACKEND_URL"
+  cd "$run"
+  pulumi login --non-interactive "$PULUMI_BACKEND_URL" >&2
+  pulumi stack select --non-interactive --create --secrets-provider passphrase "$stack" >&2
+  persist_salt "$run" "$stack"
+  log "==> pulumi $cmd --stack $stack $*"
+  local rc=0 start
+  start=$(date +%s%N)
+  pulumi "$cmd" --non-interactive --stack "$stack" "$@" || rc=$?
+  persist_salt "$run" "$stack"
+  log "==> pulumi $cmd: exit $rc, engine time $(( ($(date +%s%N) - start) / 1000000 )) ms"
+  return $rc
+}
+
+main "$@"; exit $?
