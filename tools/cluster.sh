@@ -28,6 +28,10 @@ SERVICE_IP="${TRAINYARD_SERVICE_IP:-10.96.0.1}"   # first address of SERVICE_CID
 # No kubelets report here, so the node lifecycle controller would mark every
 # applied Node NotReady/unreachable after 40s; leave it off by default.
 KCM_CONTROLLERS="${TRAINYARD_KCM_CONTROLLERS:-*,-node-lifecycle-controller}"
+# How often the resource quota controller recounts every quota (kube's default, 5m0s). A quota
+# created in the ~30 s before the controller discovers a new CRD (count/<crd> in spec.hard)
+# stays "status unknown" until this recount, and the API server refuses those objects meanwhile.
+QUOTA_SYNC_PERIOD="${TRAINYARD_QUOTA_SYNC_PERIOD:-5m0s}"
 READY_TIMEOUT="${TRAINYARD_READY_TIMEOUT:-120}"
 CONTEXT=trainyard-local
 KUBECONFIG_FILE="$STATE/kubeconfig"
@@ -220,6 +224,7 @@ cmd_up() {
           --bind-address "$HOST" --secure-port "$KCM_PORT" \
           --leader-elect=false \
           --controllers "$KCM_CONTROLLERS" \
+          --resource-quota-sync-period "$QUOTA_SYNC_PERIOD" \
           --use-service-account-credentials=true \
           --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
           --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
