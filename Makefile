@@ -76,10 +76,10 @@ cluster-down: ## Stop the local control plane (data kept; tools/cluster.sh down 
 	tools/cluster.sh down
 
 .PHONY: up down
-up: cluster-up ## The main job: `pulumi up` of the local stack on the rehearsal cluster
-	tools/pulumi-local.sh up
-down: ## `pulumi destroy` of the local stack (protected data stays), then stop the cluster
-	tools/pulumi-local.sh destroy
+up: cluster-up ## The main job: `pulumi up` of the local stack on the rehearsal cluster (docs/rehearsal.md)
+	tools/pulumi-local.sh up local --yes --skip-preview
+down: setup ## `pulumi destroy` of the local stack (CRDs and namespaces stay), then stop the cluster
+	tools/pulumi-local.sh destroy local --yes
 	tools/cluster.sh down
 
 .PHONY: test-cluster
