@@ -79,7 +79,7 @@ cluster-down: ## Stop the local control plane (data kept; tools/cluster.sh down 
 up: cluster-up ## The main job: `pulumi up` of the local stack on the rehearsal cluster (docs/rehearsal.md)
 	tools/pulumi-local.sh up local --yes --skip-preview
 down: setup ## `pulumi destroy` of the local stack (CRDs and namespaces stay), then stop the cluster
-	tools/pulumi-local.sh destroy local --yes
+	tools/pulumi-local.sh destroy local --yes --skip-preview
 	tools/cluster.sh down
 
 .PHONY: test-cluster
