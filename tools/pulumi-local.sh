@@ -125,6 +125,9 @@ persist_salt() {
   if [[ -n "$line" ]]; then printf '%s\n' "$line" > "$run/.encryptionsalt"; fi
 }
 
+# The cluster's identity: the UID of its kube-system namespace.
+cluster_uid() { "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG" get namespace kube-system -o 'jsonpath={.metadata.uid}'; }
+
 ensure_cluster() {
   local stack_file="$1"
   if TRAINYARD_CLUSTER_DIR="$CLUSTER_DIR" "$REPO/tools/cluster.sh" status >/dev/null 2>&1; then
@@ -177,11 +180,21 @@ main() {
   pulumi login --non-interactive "$PULUMI_BACKEND_URL" >&2
   pulumi stack select --non-interactive --create --secrets-provider passphrase "$stack" >&2
   persist_salt "$run" "$stack"
-  log "==> pulumi $cmd --stack $stack $*"
+  # A state deployed to another cluster (this one was purged or recreated since) would make `up`
+  # report "unchanged" and deploy nothing: refresh the state from the cluster first.
+  local uid uid_file="$STATE_DIR/cluster-uid.$stack" refresh=()
+  uid="$(cluster_uid)" || die "cannot read namespace kube-system from the cluster ($KUBECONFIG)"
+  if [[ "$cmd" != refresh && "$(cat "$uid_file" 2>/dev/null)" != "$uid" ]] \
+      && grep -q '"urn"' "$STATE_DIR/.pulumi/stacks/trainyard/$stack.json" 2>/dev/null; then
+    log "==> the state was not written against this cluster (recreated or purged since?): $cmd --refresh"
+    refresh=(--refresh)
+  fi
+  log "==> pulumi $cmd --stack $stack${refresh:+ ${refresh[*]}} $*"
   local rc=0 start
   start=$(date +%s%N)
-  pulumi "$cmd" --non-interactive --stack "$stack" "$@" || rc=$?
+  pulumi "$cmd" --non-interactive --stack "$stack" "${refresh[@]}" "$@" || rc=$?
   persist_salt "$run" "$stack"
+  if [[ $rc == 0 && "$cmd" != preview ]]; then echo "$uid" > "$uid_file"; fi
   log "==> pulumi $cmd: exit $rc, engine time $(( ($(date +%s%N) - start) / 1000000 )) ms"
   return $rc
 }

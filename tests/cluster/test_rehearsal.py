@@ -3,7 +3,8 @@
 One module, one deployed stack, tests in order (each a real engine run or a real API call):
 first `up`; no-op `up`; live objects equal `trainyard render`; `kubectl apply --server-side
 --dry-run=server` of the same objects; the admission policies on the server; a quota change
-previewed field by field; a change the CRD's CEL rules reject; `destroy` that keeps the data.
+previewed field by field; a change the CRD's CEL rules reject; `up` after the cluster was
+recreated under a kept state; `destroy` that keeps the data.
 Timings are printed as a table at the end (and written to the module's tmp dir).
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.conftest import TRAINYARD, Cluster
+from tests.cluster.conftest import CLUSTER_SH, TRAINYARD, Cluster
 from tests.conftest import ROOT
 from trainyard.config import load_stack
 from trainyard.manifests import render_platform
@@ -393,6 +394,27 @@ def test_crd_cel_rule_rejects_an_immutable_change(engine: Engine, deployed: Run,
     assert versions(engine.cluster, keys) == before
     clean = engine.run("preview", "--expect-no-changes")
     assert clean.returncode == 0, clean.explain()
+
+
+def test_up_after_the_cluster_was_recreated(engine: Engine, deployed: Run, rendered_objects: dict[Key, Manifest],
+                                           timings: list[Timing]) -> None:
+    purge = subprocess.run([str(CLUSTER_SH), "down", "--purge"], capture_output=True, text=True, env=engine.cluster.env,
+                           timeout=120, check=False)
+    assert purge.returncode == 0, purge.stderr
+    # The state still lists every object; the script starts a new cluster (with the stack's fake
+    # nodes) and, seeing another cluster than the state's, refreshes before it deploys.
+    run = engine.run("up", "--yes", "--skip-preview")
+    timings.append(Timing("pulumi up --refresh (cluster recreated)", run.wall, run.engine, "cluster start included"))
+    assert run.returncode == 0, run.explain()
+    assert "the state was not written against this cluster" in run.stderr
+    assert "pulumi up --stack local --refresh" in run.stderr
+    live = live_objects(engine.cluster, list(rendered_objects))
+    assert sorted(set(rendered_objects) - set(live)) == []
+    nodes = {n["metadata"]["name"] for n in engine.cluster.get_json("nodes")["items"]}
+    assert nodes == {"fake-a100-0", "fake-a100-1", "fake-l4-0", "fake-l4-1"}
+    again = engine.run("up", "--yes", "--skip-preview", "--expect-no-changes")
+    assert again.returncode == 0, again.explain()
+    assert "--refresh" not in again.stderr
 
 
 def test_destroy_keeps_crds_and_namespaces(engine: Engine, deployed: Run, rendered_objects: dict[Key, Manifest],
