@@ -115,3 +115,19 @@ def test_controller_images_come_from_the_mirror_with_pinned_tags() -> None:
     assert releases["trainer"].values["image"]["tag"] == "v2.3.0"
     upstream = {r.name: r for r in installs.build(stack("local").config)}
     assert upstream["kueue"].values["controllerManager"]["manager"]["image"]["repository"] == "registry.k8s.io/kueue/kueue"
+
+
+def test_fake_nodes_carry_pool_labels_topology_gpu_capacity_and_are_ready() -> None:
+    from trainyard.manifests.rehearsal import fake_nodes
+
+    nodes = {n["metadata"]["name"]: n for n in fake_nodes(stack("local").config)}
+    assert sorted(nodes) == ["fake-a100-0", "fake-a100-1", "fake-l4-0", "fake-l4-1"]
+    node = nodes["fake-a100-1"]
+    labels = node["metadata"]["labels"]
+    assert labels["trainyard.dev/pool"] == "fake-a100"
+    assert labels["kubernetes.io/hostname"] == "fake-a100-1"
+    assert {"topology.trainyard.dev/block", "topology.trainyard.dev/rack"} <= set(labels)
+    assert node["status"]["capacity"]["nvidia.com/gpu"] == "4"
+    assert node["status"]["conditions"][0] == {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                               "message": "fake node of the Trainyard rehearsal"}
+    assert node["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]

@@ -41,7 +41,10 @@ def fake_nodes(config: PlatformConfig) -> list[Manifest]:
                 "kind": "Node",
                 "metadata": {"name": name, "labels": labels},
                 "spec": {"taints": [{k: v for k, v in t.model_dump().items() if v is not None} for t in pool.taints]},
-                "status": {"capacity": capacity, "allocatable": dict(capacity)},
+                # Ready, as a kubelet would report it: Kueue's TAS only counts ready nodes.
+                "status": {"capacity": capacity, "allocatable": dict(capacity),
+                           "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                           "message": "fake node of the Trainyard rehearsal"}]},
             }
             nodes.append(node)
     return nodes
