@@ -265,9 +265,15 @@ while True:  # kubectl prints one JSON document per object, or a List
     items.extend(doc.get("items", []) if doc.get("kind") == "List" else [doc])
 for it in items:
     if it.get("kind") == "Node" and it.get("status"):
-        print(it["metadata"]["name"] + "\t" + json.dumps({"status": it["status"]}))
-' <<<"$json" | while IFS=$'\t' read -r name patch; do
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in it["status"].get("conditions", []))
+        print(it["metadata"]["name"] + "\t" + json.dumps({"status": it["status"]}) + "\t" + str(ready).lower())
+' <<<"$json" | while IFS=$'\t' read -r name patch ready; do
     kc patch node "$name" --subresource=status --type=merge -p "$patch" >&2
+    # The TaintNodesByCondition admission plugin puts not-ready:NoSchedule on every new Node, and
+    # no node lifecycle controller runs here to lift it once the (fake) Ready condition is set.
+    if [[ "$ready" == true ]]; then
+      kc taint node "$name" node.kubernetes.io/not-ready:NoSchedule- >/dev/null 2>&1 || true
+    fi
   done
 }
 
