@@ -116,8 +116,18 @@ def live_objects(cluster: Cluster, keys: list[Key]) -> dict[Key, Manifest]:
 
 
 def versions(cluster: Cluster, keys: list[Key]) -> dict[Key, str]:
-    """resourceVersion of every one of these objects that exists: equal before and after means untouched."""
-    return {k: obj["metadata"]["resourceVersion"] for k, obj in live_objects(cluster, keys).items()}
+    """A fingerprint of what was declared in every one of these objects that exists: equal means untouched.
+
+    Status is left out, with resourceVersion and managedFields: controllers keep writing status in the
+    background (the quota controller recounts ResourceQuota usage every sync period), which moves the
+    resourceVersion without anyone touching what Trainyard declared.
+    """
+    out = {}
+    for key, obj in live_objects(cluster, keys).items():
+        meta = {k: v for k, v in obj["metadata"].items() if k not in ("resourceVersion", "managedFields")}
+        declared = {k: v for k, v in obj.items() if k != "status"} | {"metadata": meta}
+        out[key] = json.dumps(declared, sort_keys=True)
+    return out
 
 
 def pulumi_path(parts: tuple[str | int, ...]) -> str:
