@@ -24,6 +24,7 @@ import yaml  # noqa: E402
 
 from trainyard.config import validate_platform  # noqa: E402
 from trainyard.manifests import render_platform  # noqa: E402
+from trainyard.manifests.rehearsal import fake_nodes  # noqa: E402
 from trainyard.review.render import rendered_files, write_rendered  # noqa: E402
 
 POOLS, NODES_PER_POOL, GPUS_PER_NODE = 10, 200, 8
@@ -74,6 +75,11 @@ def bench(name: str, data: dict[str, Any], runs: int) -> None:
         timed("write files", lambda: write_rendered(rendered, Path(tmp) / "out"), runs)
     print(f"  objects: {len(rendered.all_objects)} ({len(rendered.objects)} platform + {len(rendered.crds)} CRDs), "
           f"charts: {len(rendered.releases)}")
+    # Nodes are not platform objects (a pool is one ResourceFlavor whatever its size); the rehearsal
+    # generates them as fake Node objects, which is where the node count costs time.
+    fake = config.model_copy(update={"gpu_pools": tuple(p.model_copy(update={"fake": True}) for p in config.gpu_pools)})
+    nodes = timed("fake GPU nodes (rehearsal)", lambda: fake_nodes(fake), runs)
+    print(f"  fake nodes: {len(nodes)}")
 
 
 def main() -> None:
