@@ -14,7 +14,7 @@ from pathlib import Path
 from trainyard import __version__
 from trainyard.config import ConfigError
 from trainyard.manifests import RenderError
-from trainyard.project import Stack, open_stack
+from trainyard.project import open_stack
 from trainyard.review import capacity
 from trainyard.review.render import OutputDirError, to_yaml, write_rendered
 
@@ -138,10 +138,6 @@ def _load_extensions() -> None:
         except ModuleNotFoundError as exc:
             if exc.name != module:
                 raise
-
-
-def open_stack_for(args: argparse.Namespace) -> Stack:
-    return open_stack(args.stack)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ and the reason. The CLI prints these and exits 2; nothing reaches Pulumi.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,9 +158,3 @@ def _display(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd()))
     except ValueError:
         return str(path)
-
-
-def iter_stack_names(root: Path | None = None) -> Iterator[str]:
-    base = root if root is not None else project_root()
-    for path in sorted((base / STACKS_DIR).glob("Pulumi.*.yaml")):
-        yield path.name.removeprefix("Pulumi.").removesuffix(".yaml")

@@ -192,10 +192,6 @@ def build(config: PlatformConfig) -> list[Manifest]:
     return objects
 
 
-def committed_gpus(config: PlatformConfig, flavor: str) -> int:
-    return sum(q.gpus for t in config.tenants for q in t.quotas if q.flavor == flavor)
-
-
 def _taint(key: str, value: str | None, effect: str) -> dict[str, str]:
     out = {"key": key, "effect": effect}
     if value is not None:
