@@ -41,7 +41,7 @@ def test_admission_policies_validate_against_the_strict_kubernetes_schema(name: 
 
 
 def test_every_policy_has_a_binding_that_denies_in_tenant_namespaces_only() -> None:
-    objects = admission.build(stack("prod").config)
+    objects = list(admission.build(stack("prod").config).objects)
     policies = {o["metadata"]["name"] for o in objects if o["kind"] == KINDS[0]}
     bindings = {o["spec"]["policyName"]: o for o in objects if o["kind"] == KINDS[1]}
     assert set(bindings) == policies
@@ -62,7 +62,7 @@ def test_the_queue_policy_takes_the_namespace_local_queue_as_its_param_and_fails
 def test_admission_can_be_turned_off_per_stack() -> None:
     config = stack("prod").config
     off = config.security.model_copy(update={"admission": config.security.admission.model_copy(update={"enabled": False})})
-    assert admission.build(config.model_copy(update={"security": off})) == []
+    assert admission.build(config.model_copy(update={"security": off})).objects == ()
 
 
 def test_every_cel_expression_parses() -> None:

@@ -115,4 +115,4 @@ def stack_raw(name: str) -> dict[str, Any]:
 
 
 def rendered_objects(config: Any) -> list[dict[str, Any]]:
-    return network.build(config)
+    return list(network.build(config).all_objects)

@@ -34,7 +34,7 @@ def side(label: str, config: PlatformConfig) -> Side:
 def with_objects(rendered: RenderedPlatform, edit: Any) -> RenderedPlatform:
     objects = copy.deepcopy(list(rendered.objects))
     edit(objects)
-    return RenderedPlatform(rendered.crds, tuple(objects), rendered.releases)
+    return RenderedPlatform.flat(rendered.crds, tuple(objects), rendered.releases)
 
 
 def git(cwd: Path, *args: str) -> str:

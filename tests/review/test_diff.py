@@ -78,7 +78,7 @@ def test_chart_version_bump_gets_its_own_table() -> None:
     base = side("base", prod_config())
     assert base.rendered is not None
     releases = tuple(dataclasses.replace(r, version="0.19.3") if r.name == "kueue" else r for r in base.rendered.releases)
-    head = Side("head", base.config, RenderedPlatform(base.rendered.crds, base.rendered.objects, releases))
+    head = Side("head", base.config, RenderedPlatform.flat(base.rendered.crds, base.rendered.objects, releases))
     review = review_platforms(base, head, title="prod")
     old = next(r.version for r in base.rendered.releases if r.name == "kueue")
     assert review.chart_bumps() == [("kueue", old, "0.19.3")]
@@ -136,7 +136,7 @@ def shuffled(s: Side, seed: int) -> Side:
     objects, releases, crds = list(s.rendered.objects), list(s.rendered.releases), list(s.rendered.crds)
     for items in (objects, releases, crds):
         rng.shuffle(items)
-    return Side(s.label, s.config, RenderedPlatform(tuple(crds), tuple(objects), tuple(releases)))
+    return Side(s.label, s.config, RenderedPlatform.flat(tuple(crds), tuple(objects), tuple(releases)))
 
 
 def test_output_does_not_depend_on_object_order() -> None:
@@ -161,7 +161,7 @@ def test_secrets_never_appear_in_any_format() -> None:
     releases = tuple(dataclasses.replace(r, values={**r.values, "db": {"password": "chart-plaintext"}})
                      for r in base.rendered.releases)
     head_objects = with_objects(base.rendered, lambda objects: objects.__setitem__(-1, rotated))
-    head = Side("head", base.config, RenderedPlatform(head_objects.crds, head_objects.objects, releases))
+    head = Side("head", base.config, RenderedPlatform.flat(head_objects.crds, head_objects.objects, releases))
     review = review_platforms(base, head, title="prod")
     for fmt in ("markdown", "text", "json"):
         out = format_review(review, fmt)

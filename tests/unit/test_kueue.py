@@ -20,7 +20,7 @@ def test_every_kueue_object_is_v1beta2() -> None:
 
 def test_one_resource_flavor_per_pool_selects_and_tolerates_its_nodes() -> None:
     config = stack("prod").config
-    flavors = by_name(kueue.build(config), "ResourceFlavor")
+    flavors = by_name(kueue.build(config).all_objects, "ResourceFlavor")
     assert sorted(flavors) == ["h100", "h200", "l40s"]
     h100 = flavors["h100"]["spec"]
     assert h100["nodeLabels"] == {"trainyard.dev/pool": "h100"}
@@ -31,14 +31,14 @@ def test_one_resource_flavor_per_pool_selects_and_tolerates_its_nodes() -> None:
 
 
 def test_topology_levels_are_widest_first_with_hostname_last() -> None:
-    (topology,) = [o for o in kueue.build(stack("prod").config) if o["kind"] == "Topology"]
+    (topology,) = [o for o in kueue.build(stack("prod").config).all_objects if o["kind"] == "Topology"]
     assert [lvl["nodeLabel"] for lvl in topology["spec"]["levels"]] == [
         "network.trainyard.dev/block", "network.trainyard.dev/rack", "kubernetes.io/hostname"]
 
 
 def test_cluster_queue_quotas_gpu_cpu_memory_per_flavor() -> None:
     config = stack("prod").config
-    queue = by_name(kueue.build(config), "ClusterQueue")["assistant"]
+    queue = by_name(kueue.build(config).all_objects, "ClusterQueue")["assistant"]
     spec = queue["spec"]
     assert spec["cohortName"] == "product"
     assert spec["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "assistant"}}
@@ -62,19 +62,19 @@ def test_every_flavor_lists_every_covered_resource_in_order() -> None:
 
 
 def test_quotas_are_integers_not_strings() -> None:
-    queue = by_name(kueue.build(stack("local").config), "ClusterQueue")["team-a"]
+    queue = by_name(kueue.build(stack("local").config).all_objects, "ClusterQueue")["team-a"]
     gpu = queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
     assert isinstance(gpu["nominalQuota"], int)
 
 
 def test_cohorts_form_a_tree_with_fair_share_weights() -> None:
-    cohorts = by_name(kueue.build(stack("prod").config), "Cohort")
+    cohorts = by_name(kueue.build(stack("prod").config).all_objects, "Cohort")
     assert cohorts["org"]["spec"] == {}
     assert cohorts["research"]["spec"] == {"parentName": "org", "fairSharing": {"weight": 2}}
 
 
 def test_workload_priority_classes_carry_value_at_top_level() -> None:
-    classes = by_name(kueue.build(stack("prod").config), "WorkloadPriorityClass")
+    classes = by_name(kueue.build(stack("prod").config).all_objects, "WorkloadPriorityClass")
     assert {n: c["value"] for n, c in classes.items()} == {"critical": 10000, "standard": 1000, "preemptible": 100}
 
 
@@ -106,14 +106,14 @@ def test_a_tenant_without_cohort_gets_no_borrowing_preemption() -> None:
 def test_controller_images_come_from_the_mirror_with_pinned_tags() -> None:
     from trainyard.manifests import installs
 
-    releases = {r.name: r for r in installs.build(stack("prod").config)}
+    releases = {r.name: r for r in installs.releases(stack("prod").config)}
     assert releases["jobset"].values["image"] == {
         "registry": "registry.trainyard.internal", "repository": "mirror/jobset/jobset", "tag": "v0.12.0",
         "pullPolicy": "IfNotPresent"}
     assert releases["kueue"].values["controllerManager"]["manager"]["image"]["repository"] == (
         "registry.trainyard.internal/mirror/kueue/kueue")
     assert releases["trainer"].values["image"]["tag"] == "v2.3.0"
-    upstream = {r.name: r for r in installs.build(stack("local").config)}
+    upstream = {r.name: r for r in installs.releases(stack("local").config)}
     assert upstream["kueue"].values["controllerManager"]["manager"]["image"]["repository"] == "registry.k8s.io/kueue/kueue"
 
 

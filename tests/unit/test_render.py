@@ -50,7 +50,7 @@ def test_integers_stay_integers_in_files() -> None:
 def test_secret_values_are_redacted() -> None:
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "n"},
               "stringData": {"password": "hunter2"}}
-    platform = RenderedPlatform(crds=(), objects=(secret,), releases=())
+    platform = RenderedPlatform.flat(crds=(), objects=(secret,), releases=())
     (content,) = rendered_files(platform).values()
     assert "hunter2" not in content and REDACTED in content
     assert redact({"auth": {"rootPassword": "x", "user": "admin"}}) == {"auth": {"rootPassword": REDACTED, "user": "admin"}}
@@ -76,3 +76,21 @@ def test_validate_all_shipped_stacks(capsys: pytest.CaptureFixture[str]) -> None
     for name in ("local", "staging", "prod"):
         assert main(["validate", name]) == 0
     assert capsys.readouterr().out.count(": valid (") == 3
+
+
+def test_render_groups_objects_by_concern_in_apply_order() -> None:
+    platform = rendered("prod")
+    assert [c.name for c in platform.concerns] == ["controllers", "queueing", "runtimes", "admission", "tenants", "network"]
+    assert {o["kind"] for o in platform.concern("runtimes").objects} == {"ClusterTrainingRuntime"}
+    assert {r.name for r in platform.concern("controllers").releases} == {"jobset", "kueue", "trainer"}
+
+
+def test_tenant_objects_live_in_their_tenants_namespace() -> None:
+    config = stack("prod").config
+    platform = rendered("prod")
+    for tenant in config.tenants:
+        objects = platform.tenant_objects(tenant.name)
+        assert objects[0]["kind"] == "Namespace"
+        assert objects[0]["metadata"]["name"] == tenant.namespace_name
+        assert {o["metadata"].get("namespace") for o in objects[1:]} == {tenant.namespace_name}
+        assert {"LocalQueue", "NetworkPolicy", "ResourceQuota"} <= {o["kind"] for o in objects}

@@ -3,15 +3,16 @@
 Children, in apply order:
 
 - ``Crds``: the upstream CRDs (retained on delete always; protected where the stack says);
-- ``Controllers``: the Helm releases of JobSet, Kueue and Trainer (skipped when a stack marks
-  a controller external, as the local rehearsal does);
-- ``Queueing``: Topology, ResourceFlavors, Cohorts, WorkloadPriorityClasses, ClusterQueues;
-- ``Runtimes``: the approved ClusterTrainingRuntimes;
-- ``Admission``: ValidatingAdmissionPolicies and their bindings;
-- one ``Tenant`` per team: its namespace first, then everything inside it.
+- one group per concern, as ``render_platform`` built it (``Controllers``, ``Queueing``,
+  ``Runtimes``, ``Admission``, ``Network``, ...): its namespaces first, then its other
+  objects, then its Helm releases (skipped where the stack marks a controller external);
+- one ``Tenant`` per team: its namespace first, then what every concern puts inside it.
 
-Every Kubernetes resource names the explicit provider built here; the project disables
-the default provider so nothing can reach an ambient cluster by accident.
+Ordering is generic: every namespaced object waits for its Namespace wherever that is
+declared, and ``AFTER`` names the few concerns that must wait for another (objects that a
+controller's webhook validates wait for that controller). Every Kubernetes resource names
+the explicit provider built here; the project disables the default provider so nothing can
+reach an ambient cluster by accident.
 """
 
 from __future__ import annotations
@@ -24,11 +25,18 @@ import pulumi_kubernetes as k8s
 from trainyard.components.kubernetes_object import KubernetesObject
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import RenderedPlatform, render_platform
-from trainyard.manifests.installs import COMPONENT_LABEL, ChartRelease
+from trainyard.manifests.concern import Concern
+from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.lifecycle import holds_data
-from trainyard.manifests.meta import TENANT_LABEL, Manifest
+from trainyard.manifests.meta import Manifest
 
 TYPE_PREFIX = "trainyard:platform"
+
+# Concerns that must wait for others (besides the CRDs, which everything waits for).
+# Kueue's and Trainer's webhooks validate queueing objects and runtimes.
+AFTER: dict[str, tuple[str, ...]] = {"queueing": ("controllers",), "runtimes": ("controllers",)}
+# Tenant namespaces are created only once their queues and the admission rules that guard them exist.
+TENANTS_AFTER: tuple[str, ...] = ("queueing", "admission")
 
 
 def _object_opts(config: PlatformConfig, obj: Manifest, parent: pulumi.Resource,
@@ -39,82 +47,80 @@ def _object_opts(config: PlatformConfig, obj: Manifest, parent: pulumi.Resource,
                                   protect=data and config.lifecycle.protect_data)
 
 
-class _Group(pulumi.ComponentResource):
-    """A named group of objects that share a parent and dependencies."""
+class Namespaces:
+    """The Namespace resources declared so far, so that any namespaced object can wait for its own."""
 
-    def __init__(self, kind: str, name: str, config: PlatformConfig, objects: list[Manifest],
+    def __init__(self) -> None:
+        self._by_name: dict[str, pulumi.Resource] = {}
+
+    def add(self, name: str, resource: pulumi.Resource) -> None:
+        self._by_name[name] = resource
+
+    def of(self, obj: Manifest) -> list[pulumi.Resource]:
+        namespace = obj["metadata"].get("namespace")
+        return [self._by_name[namespace]] if namespace in self._by_name else []
+
+
+def _declare(config: PlatformConfig, objects: list[Manifest], parent: pulumi.Resource,
+             depends_on: list[pulumi.Resource], namespaces: Namespaces) -> list[KubernetesObject]:
+    """Namespaces first, then every other object after its namespace."""
+    declared: list[KubernetesObject] = []
+    for obj in (o for o in objects if o["kind"] == "Namespace"):
+        resource = KubernetesObject(obj, _object_opts(config, obj, parent, depends_on))
+        namespaces.add(obj["metadata"]["name"], resource)
+        declared.append(resource)
+    for obj in (o for o in objects if o["kind"] != "Namespace"):
+        declared.append(KubernetesObject(obj, _object_opts(config, obj, parent, [*depends_on, *namespaces.of(obj)])))
+    return declared
+
+
+def _title(concern: str) -> str:
+    return "".join(part.title() for part in concern.split("-"))
+
+
+class ConcernGroup(pulumi.ComponentResource):
+    """One concern's platform-level objects, then its chart releases (charts install with CRDs off)."""
+
+    def __init__(self, config: PlatformConfig, concern: Concern, namespaces: Namespaces,
                  opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource]) -> None:
-        super().__init__(f"{TYPE_PREFIX}:{kind}", name, None, opts)
-        self.resources: list[KubernetesObject] = []
-        for obj in objects:
-            self.resources.append(KubernetesObject(obj, _object_opts(config, obj, self, depends_on)))
-        self.register_outputs({"count": len(self.resources)})
-
-
-class Tenant(pulumi.ComponentResource):
-    """A tenant namespace, and then everything in it."""
-
-    def __init__(self, name: str, config: PlatformConfig, objects: list[Manifest],
-                 opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource]) -> None:
-        super().__init__(f"{TYPE_PREFIX}:Tenant", name, None, opts)
-        namespaces = [o for o in objects if o["kind"] == "Namespace"]
-        inside = [o for o in objects if o["kind"] != "Namespace"]
-        self.namespace = KubernetesObject(namespaces[0], _object_opts(config, namespaces[0], self, depends_on))
-        self.resources = [self.namespace] + [
-            KubernetesObject(obj, _object_opts(config, obj, self, [*depends_on, self.namespace])) for obj in inside
-        ]
-        self.register_outputs({"namespace": namespaces[0]["metadata"]["name"]})
-
-
-class Controllers(pulumi.ComponentResource):
-    """The upstream controllers: each one's namespace and the objects in it, then its Helm release.
-
-    Charts are installed with their CRDs off (Trainyard owns the CRDs).
-    """
-
-    def __init__(self, config: PlatformConfig, releases: list[ChartRelease], system_objects: list[Manifest],
-                 opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource]) -> None:
-        super().__init__(f"{TYPE_PREFIX}:Controllers", "controllers", None, opts)
-        self.resources: list[pulumi.Resource] = []
+        super().__init__(f"{TYPE_PREFIX}:{_title(concern.name)}", concern.name, None, opts)
+        self.resources: list[pulumi.Resource] = list(_declare(config, list(concern.objects), self, depends_on, namespaces))
         previous: list[pulumi.Resource] = []
-        for release in releases:
+        for release in concern.releases:
             if release.external:
                 pulumi.log.info(f"{release.name}: controller is external on this stack; chart not installed",
                                 resource=self)
                 continue
-            (namespace_obj,) = [o for o in system_objects
-                                if o["kind"] == "Namespace" and o["metadata"]["name"] == release.namespace]
-            namespace = KubernetesObject(namespace_obj, _object_opts(config, namespace_obj, self, depends_on))
-            inside = [KubernetesObject(o, _object_opts(config, o, self, [*depends_on, namespace]))
-                      for o in system_objects if o["metadata"].get("namespace") == release.namespace]
-            chart = k8s.helm.v4.Chart(
-                release.name,
-                chart=release.chart,
-                version=release.version,
-                namespace=release.namespace,
-                repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=release.repo) if release.repo else None,
-                values=release.values,
-                skip_crds=True,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, namespace, *inside, *previous]),
-            )
-            # JobSet before Kueue before Trainer: each one's webhooks serve the next one's objects.
+            # Releases of one concern go in order: JobSet before Kueue before Trainer, each one's
+            # webhooks serve the next one's objects.
+            chart = self._chart(release, [*depends_on, *self.resources, *previous])
             previous = [chart]
-            self.resources += [namespace, *inside, chart]
-        self.register_outputs({"charts": [r.name for r in releases if not r.external]})
+            self.resources.append(chart)
+        self.register_outputs({"count": len(self.resources),
+                               "charts": [r.name for r in concern.releases if not r.external]})
+
+    def _chart(self, release: ChartRelease, depends_on: list[pulumi.Resource]) -> pulumi.Resource:
+        return k8s.helm.v4.Chart(
+            release.name,
+            chart=release.chart,
+            version=release.version,
+            namespace=release.namespace,
+            repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=release.repo) if release.repo else None,
+            values=release.values,
+            skip_crds=True,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+        )
 
 
-def concern_of(obj: Manifest) -> str:
-    """Which child component declares an object."""
-    labels = obj["metadata"].get("labels") or {}
-    if COMPONENT_LABEL in labels:
-        return "controllers"
-    if obj["kind"] == "ClusterTrainingRuntime":
-        return "runtimes"
-    if obj["apiVersion"].startswith("admissionregistration.k8s.io/"):
-        return "admission"
-    if TENANT_LABEL in labels and obj["kind"] != "ClusterQueue":
-        return "tenant"
-    return "queueing"
+class Tenant(pulumi.ComponentResource):
+    """A tenant namespace, and then everything every concern puts in it."""
+
+    def __init__(self, name: str, config: PlatformConfig, objects: list[Manifest], namespaces: Namespaces,
+                 opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource]) -> None:
+        super().__init__(f"{TYPE_PREFIX}:Tenant", name, None, opts)
+        self.resources = _declare(config, objects, self, depends_on, namespaces)
+        namespace = next(o["metadata"]["name"] for o in objects if o["kind"] == "Namespace")
+        self.register_outputs({"namespace": namespace})
 
 
 class Platform(pulumi.ComponentResource):
@@ -132,25 +138,19 @@ class Platform(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         child = pulumi.ResourceOptions(parent=self, providers={"kubernetes": self.provider})
+        namespaces = Namespaces()
 
-        self.crds = _Group("Crds", "crds", config, list(rendered.crds), child, [])
-        crds: list[pulumi.Resource] = [self.crds]
-        groups: dict[str, list[Manifest]] = {"controllers": [], "runtimes": [], "admission": [], "queueing": []}
-        by_tenant: dict[str, list[Manifest]] = {}
-        for obj in rendered.objects:
-            concern = concern_of(obj)
-            if concern == "tenant":
-                by_tenant.setdefault(obj["metadata"]["labels"][TENANT_LABEL], []).append(obj)
-            else:
-                groups[concern].append(obj)
+        self.crds = ConcernGroup(config, Concern("crds", objects=rendered.crds), namespaces, child, [])
+        self.groups: dict[str, ConcernGroup] = {}
+        for concern in rendered.concerns:
+            if not concern.objects and not concern.releases:
+                continue
+            after = [self.groups[c] for c in AFTER.get(concern.name, ()) if c in self.groups]
+            self.groups[concern.name] = ConcernGroup(config, concern, namespaces, child, [self.crds, *after])
 
-        self.controllers = Controllers(config, list(rendered.releases), groups["controllers"], child, crds)
-        self.queueing = _Group("Queueing", "queueing", config, groups["queueing"], child, crds)
-        self.runtimes = _Group("Runtimes", "runtimes", config, groups["runtimes"], child, crds)
-        self.admission = _Group("Admission", "admission", config, groups["admission"], child, crds)
-        # Admission policies first: no tenant object exists before the rules that guard it.
-        self.tenants = [Tenant(name, config, objects, child, [*crds, self.queueing, self.admission])
-                        for name, objects in by_tenant.items()]
+        tenant_after: list[pulumi.Resource] = [self.crds, *(self.groups[c] for c in TENANTS_AFTER if c in self.groups)]
+        self.tenants = [Tenant(t.name, config, list(rendered.tenant_objects(t.name)), namespaces, child, tenant_after)
+                        for t in config.tenants]
         self.register_outputs({
             "environment": config.environment,
             "tenants": [t.name for t in config.tenants],

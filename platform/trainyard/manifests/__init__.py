@@ -2,7 +2,8 @@
 
 Same config, same output, byte for byte: no clocks, no randomness, no cluster access.
 ``render_platform`` is the one entry point that the Pulumi program, ``trainyard render``,
-``check``, ``diff`` and the tests all share.
+``check``, ``diff`` and the tests all share. It returns the objects grouped by concern
+(``trainyard.manifests.concern.Concern``), in apply order, as each builder made them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import admission, crds, installs, kueue, network, runtimes, tenants
+from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest, object_id, object_key
 
@@ -21,15 +23,39 @@ CRD_COMPONENTS = ["jobset", "kueue", "trainer"]
 
 @dataclass(frozen=True)
 class RenderedPlatform:
-    """Everything one stack declares: CRDs, objects and chart releases."""
+    """Everything one stack declares: CRDs, then each concern's objects and chart releases."""
 
     crds: tuple[Manifest, ...]
-    objects: tuple[Manifest, ...]
-    releases: tuple[ChartRelease, ...]
+    concerns: tuple[Concern, ...]
+
+    @property
+    def objects(self) -> tuple[Manifest, ...]:
+        """Every non-CRD object, concern by concern."""
+        return tuple(obj for concern in self.concerns for obj in concern.all_objects)
+
+    @property
+    def releases(self) -> tuple[ChartRelease, ...]:
+        return tuple(release for concern in self.concerns for release in concern.releases)
 
     @property
     def all_objects(self) -> tuple[Manifest, ...]:
         return self.crds + self.objects
+
+    @classmethod
+    def flat(cls, crds: tuple[Manifest, ...], objects: tuple[Manifest, ...],
+             releases: tuple[ChartRelease, ...] = ()) -> RenderedPlatform:
+        """A set of objects with no concern structure (edited copies in reviews and tests)."""
+        return cls(crds, (Concern("objects", objects=objects, releases=releases),))
+
+    def concern(self, name: str) -> Concern:
+        try:
+            return next(c for c in self.concerns if c.name == name)
+        except StopIteration:
+            raise KeyError(f"no concern {name!r} (concerns: {', '.join(c.name for c in self.concerns)})") from None
+
+    def tenant_objects(self, tenant: str) -> tuple[Manifest, ...]:
+        """Everything every concern puts into one tenant's namespace, in concern order."""
+        return tuple(obj for concern in self.concerns for obj in concern.tenant_objects.get(tenant, ()))
 
     def by_kind(self, kind: str) -> list[Manifest]:
         return [o for o in self.all_objects if o["kind"] == kind]
@@ -42,12 +68,20 @@ class RenderError(Exception):
 def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None = None) -> RenderedPlatform:
     try:
         crd_docs = crds.load_crds(config, CRD_COMPONENTS, stack_dir)
-        objects = (installs.namespaces(config) + kueue.build(config) + runtimes.build(config, root)
-                   + tenants.build(config) + network.build(config) + admission.build(config))
+        # Every concern's builder, in apply order; a new concern adds one line (docs/architecture.md).
+        concerns = (
+            installs.build(config),
+            kueue.build(config),
+            runtimes.build(config, root),
+            admission.build(config),
+            tenants.build(config),
+            network.build(config),
+        )
     except (crds.CrdUnavailable, runtimes.RuntimeFileError) as exc:
         raise RenderError(str(exc)) from None
-    _check_unique(crd_docs + objects)
-    return RenderedPlatform(tuple(crd_docs), tuple(objects), tuple(installs.build(config)))
+    rendered = RenderedPlatform(tuple(crd_docs), concerns)
+    _check_unique(list(rendered.all_objects))
+    return rendered
 
 
 def _check_unique(objects: list[Manifest]) -> None:
@@ -59,4 +93,4 @@ def _check_unique(objects: list[Manifest]) -> None:
         seen.add(key)
 
 
-__all__ = ["ChartRelease", "Manifest", "RenderError", "RenderedPlatform", "render_platform"]
+__all__ = ["ChartRelease", "Concern", "Manifest", "RenderError", "RenderedPlatform", "render_platform"]

@@ -36,6 +36,7 @@ from typing import Any
 
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
+from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import DEFAULT_LOCAL_QUEUE, QUEUE_NAME_LABEL, TENANT_LABEL, Manifest, metadata
 
 API = "admissionregistration.k8s.io/v1"
@@ -174,10 +175,10 @@ def policies(config: PlatformConfig) -> list[Manifest]:
             pod_image_policy(config), training_runtimes_policy(config)]
 
 
-def build(config: PlatformConfig) -> list[Manifest]:
-    if not config.security.admission.enabled:
-        return []
+def build(config: PlatformConfig) -> Concern:
+    """Admission: the ValidatingAdmissionPolicies that guard tenant namespaces, and their bindings."""
     out: list[Manifest] = []
-    for policy in policies(config):
-        out += [policy, binding_for(policy)]
-    return out
+    if config.security.admission.enabled:
+        for policy in policies(config):
+            out += [policy, binding_for(policy)]
+    return Concern("admission", objects=tuple(out))

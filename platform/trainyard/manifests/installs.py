@@ -14,6 +14,7 @@ import yaml
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import kueue
+from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import Manifest, metadata
 
 
@@ -65,7 +66,7 @@ def namespaces(config: PlatformConfig) -> list[Manifest]:
     return [
         {"apiVersion": "v1", "kind": "Namespace",
          "metadata": metadata(r.namespace, labels={COMPONENT_LABEL: r.component, **PSA_LABELS})}
-        for r in build(config) if not r.external
+        for r in releases(config) if not r.external
     ]
 
 
@@ -79,7 +80,7 @@ def controller_image(config: PlatformConfig, component: str) -> tuple[str, str, 
     return host, f"{path}/{image.repository}" if path else image.repository, image.tag
 
 
-def build(config: PlatformConfig) -> list[ChartRelease]:
+def releases(config: PlatformConfig) -> list[ChartRelease]:
     kueue_config = yaml.safe_dump(kueue.controller_configuration(config), sort_keys=False)
     jobset_registry, jobset_repository, jobset_tag = controller_image(config, "jobset")
     kueue_registry, kueue_repository, kueue_tag = controller_image(config, "kueue")
@@ -106,3 +107,8 @@ def build(config: PlatformConfig) -> list[ChartRelease]:
             "crds": {"enabled": False},
         }),
     ]
+
+
+def build(config: PlatformConfig) -> Concern:
+    """The controllers concern: the system namespaces of installed controllers and their chart releases."""
+    return Concern("controllers", objects=tuple(namespaces(config)), releases=tuple(releases(config)))

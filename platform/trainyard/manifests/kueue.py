@@ -13,6 +13,7 @@ from typing import Any
 
 from trainyard import catalog
 from trainyard.config.model import FlavorQuota, GpuPool, PlatformConfig, Tenant, gpu_share
+from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import DEFAULT_LOCAL_QUEUE, TENANT_LABEL, Manifest, metadata
 from trainyard.quantity import format_quantity, parse_quantity
 
@@ -181,15 +182,16 @@ def controller_configuration(config: PlatformConfig) -> dict[str, Any]:
     return out
 
 
-def build(config: PlatformConfig) -> list[Manifest]:
-    """Every cluster-scoped Kueue object of the stack (LocalQueues come with the tenants)."""
+def build(config: PlatformConfig) -> Concern:
+    """Queueing: every cluster-scoped Kueue object of the stack, and each tenant's LocalQueue."""
     objects: list[Manifest] = []
     objects += topology(config)
     objects += [resource_flavor(config, pool) for pool in config.gpu_pools]
     objects += [cohort(config, c.name) for c in config.cohorts]
     objects += workload_priority_classes(config)
     objects += [cluster_queue_for(config, tenant) for tenant in config.tenants]
-    return objects
+    return Concern("queueing", objects=tuple(objects),
+                   tenant_objects={t.name: (local_queue_for(t),) for t in config.tenants})
 
 
 def _taint(key: str, value: str | None, effect: str) -> dict[str, str]:

@@ -30,6 +30,7 @@ from typing import Any
 
 from trainyard.config.model import PlatformConfig, Tenant
 from trainyard.config.security import Endpoint
+from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import COMPONENT_LABEL, namespaces
 from trainyard.manifests.meta import TENANT_LABEL, Manifest, metadata
 
@@ -123,11 +124,11 @@ def controller_policies(config: PlatformConfig, namespace: str, component: str) 
     ]
 
 
-def build(config: PlatformConfig) -> list[Manifest]:
+def build(config: PlatformConfig) -> Concern:
+    """Network isolation: the controller namespaces' policies, and each tenant's."""
     objects: list[Manifest] = []
     for ns in namespaces(config):
         meta = ns["metadata"]
         objects += controller_policies(config, meta["name"], meta["labels"][COMPONENT_LABEL])
-    for tenant in config.tenants:
-        objects += tenant_policies(config, tenant)
-    return objects
+    return Concern("network", objects=tuple(objects),
+                   tenant_objects={t.name: tuple(tenant_policies(config, t)) for t in config.tenants})

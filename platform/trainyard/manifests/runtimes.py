@@ -17,6 +17,7 @@ import yaml
 
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
+from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import APPROVED_RUNTIME_LABEL, MANAGED_BY, Manifest
 
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
@@ -101,7 +102,8 @@ def approved_runtime(config: PlatformConfig, source: Manifest) -> Manifest:
     return runtime
 
 
-def build(config: PlatformConfig, root: Path) -> list[Manifest]:
+def build(config: PlatformConfig, root: Path) -> Concern:
+    """Runtimes: the approved ClusterTrainingRuntimes, loaded from the reviewed files."""
     directory = root / config.runtimes.directory
-    return [approved_runtime(config, load_runtime(directory / f"{name}.yaml", config))
-            for name in config.runtimes.approved]
+    return Concern("runtimes", objects=tuple(approved_runtime(config, load_runtime(directory / f"{name}.yaml", config))
+                                             for name in config.runtimes.approved))

@@ -11,6 +11,7 @@ from typing import Any
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig, Tenant
 from trainyard.manifests import kueue
+from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import TENANT_LABEL, Manifest, metadata
 from trainyard.quantity import format_quantity, parse_quantity
 
@@ -104,15 +105,15 @@ def resource_quota_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
     }
 
 
-def build(config: PlatformConfig) -> list[Manifest]:
-    objects: list[Manifest] = []
-    for tenant in config.tenants:
-        objects += [
+def build(config: PlatformConfig) -> Concern:
+    """Tenants: each team's namespace and its access and quota objects."""
+    return Concern("tenants", tenant_objects={
+        tenant.name: (
             namespace_for(tenant),
-            kueue.local_queue_for(tenant),
             service_account_for(tenant),
             role_for(tenant),
             role_binding_for(tenant),
             resource_quota_for(config, tenant),
-        ]
-    return objects
+        )
+        for tenant in config.tenants
+    })
