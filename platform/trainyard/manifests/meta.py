@@ -44,3 +44,10 @@ def object_id(obj: Manifest) -> str:
     """A readable, stable id: ``Kind/name`` or ``Kind/namespace/name``."""
     _, kind, namespace, name = object_key(obj)
     return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
+
+# The fixed-name Secrets every tenant namespace gets from the data plane. Runtimes read them with
+# envFrom, so no key is ever written into a TrainJob. Keys of the object-store Secret follow the
+# AWS SDK environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_DEFAULT_REGION);
+# the MLflow Secret carries MLFLOW_TRACKING_URI, MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD.
+OBJECT_STORE_SECRET = "trainyard-object-store"
+MLFLOW_SECRET = "trainyard-mlflow"
