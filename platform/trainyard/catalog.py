@@ -51,6 +51,9 @@ class Release:
     namespace: str
     crds: tuple[CrdFile, ...]
     image: Image
+    # The chart's own version string where it differs from ``version`` (KServe and cert-manager publish
+    # their charts as v<version>).
+    chart_version: str | None = None
 
     def crd_url(self, crd: CrdFile) -> str:
         """The raw URL of a CRD file at this release's tag (used when no mirror is configured)."""
@@ -92,6 +95,37 @@ _JOBSET_CRDS = (
     ),
 )
 
+# KServe's CRDs live in subdirectories of config/crd/full at the tag; the file names are unique.
+_KSERVE_CRDS = tuple(
+    CrdFile(f"serving.kserve.io_{plural}.yaml", f"config/crd/full/{subdir}serving.kserve.io_{plural}.yaml", sha)
+    for plural, subdir, sha in (
+        ("clusterservingruntimes", "", "1ce0a2e5b3d7c05192f7c817eff4d614a80cb432"),
+        ("clusterstoragecontainers", "clusterstoragecontainer/", "265b4ebd6442da87cd2e81ca3a660a347857d800"),
+        ("inferencegraphs", "", "b1056dc1a0bb377e5dc2bab6c4da134604fd9cb9"),
+        ("inferenceservices", "", "1e37d05b7a741eb40b9eb01c378dc9dc80eab3d9"),
+        ("llminferenceserviceconfigs", "llmisvc/", "08a3666e74d90521fdf1e0ab9fc03f25e7bdbdd0"),
+        ("llminferenceservices", "llmisvc/", "18f10e0315037213c99f714b1334fef0cff339e3"),
+        ("localmodelcaches", "localmodel/", "5575177a53ded63bb94be54c77a541638692b721"),
+        ("localmodelnamespacecaches", "localmodel/", "30e106e4d92087d0fa563c200d042492a726ba56"),
+        ("localmodelnodegroups", "localmodel/", "c8080f91fd0a7b9459ee5ae441d1c043611ff2f7"),
+        ("localmodelnodes", "localmodel/", "fa091fa0f0b646a9f4edfd8e40bea2732094bb92"),
+        ("servingruntimes", "", "59deb0d14aed7be7edfd32ca0577f9ba789fa747"),
+        ("trainedmodels", "", "c844b92b1af48717e25dec849d5d97ef92236bbd"),
+    )
+)
+
+_CERT_MANAGER_CRDS = tuple(
+    CrdFile(f"{group}_{plural}.yaml", f"deploy/crds/{group}_{plural}.yaml", sha)
+    for group, plural, sha in (
+        ("acme.cert-manager.io", "challenges", "a0add06b1dca62f50a5c16ccf1b0afd71d9d27a1"),
+        ("acme.cert-manager.io", "orders", "9938939fec864054515a2e7fb4db68041897a300"),
+        ("cert-manager.io", "certificaterequests", "9b5f18c7807948dfbca2fded3b4e58db2a375f2c"),
+        ("cert-manager.io", "certificates", "1eb46fbeed2127650fe4ec06ddc7289163f75e3b"),
+        ("cert-manager.io", "clusterissuers", "f24cab2d55ebe37a8c000d10d7f9de19636027f9"),
+        ("cert-manager.io", "issuers", "bfa8262b5628e1d8ea7cc398cf1ad321a2bedc62"),
+    )
+)
+
 RELEASES: dict[tuple[str, str], Release] = {
     (r.component, r.version): r
     for r in (
@@ -127,19 +161,59 @@ RELEASES: dict[tuple[str, str], Release] = {
             crds=_TRAINER_CRDS,
             image=Image("ghcr.io", "kubeflow/trainer/trainer-controller-manager", "v2.3.0"),
         ),
+        Release(
+            component="kserve",
+            version="0.20.0",
+            repository="https://github.com/kserve/kserve",
+            tag="v0.20.0",
+            # The controller chart; kserve-crd is not installed (Trainyard declares the CRDs) and neither is
+            # kserve-runtime-configs (only the reviewed runtimes in serving-runtimes/ are installed).
+            # Ref: https://kserve.github.io/website/docs/admin-guide/kubernetes-deployment (helm install ... oci://ghcr.io/kserve/charts/...)
+            chart=ChartRef("oci://ghcr.io/kserve/charts/kserve-resources"),
+            namespace="kserve",
+            crds=_KSERVE_CRDS,
+            image=Image("docker.io", "kserve/kserve-controller", "v0.20.0"),
+            chart_version="v0.20.0",
+        ),
+        Release(
+            component="cert_manager",
+            version="1.21.1",
+            repository="https://github.com/cert-manager/cert-manager",
+            tag="v1.21.1",
+            # Ref: https://cert-manager.io/docs/installation/helm/ (repo https://charts.jetstack.io, versions v-prefixed)
+            chart=ChartRef("cert-manager", "https://charts.jetstack.io"),
+            namespace="cert-manager",
+            crds=_CERT_MANAGER_CRDS,
+            image=Image("quay.io", "jetstack/cert-manager-controller", "v1.21.1"),
+            chart_version="v1.21.1",
+        ),
     )
 }
 
-# The directory name of each component inside a CRD mirror (layout of ../shared/crds).
-MIRROR_DIRS: dict[str, str] = {"kueue": "kueue", "jobset": "jobset", "trainer": "kubeflow-trainer"}
+# The other images the KServe controller puts into InferenceService pods or runs beside itself, as
+# kserve-resources v0.20.0 names them (values.yaml: kserve.storage.image, agent.image, router.image,
+# controller.rbacProxyImage). Empty tags there default to kserve.version.
+KSERVE_IMAGES: dict[str, Image] = {
+    "storage-initializer": Image("docker.io", "kserve/storage-initializer", "v0.20.0"),
+    "agent": Image("docker.io", "kserve/agent", "v0.20.0"),
+    "router": Image("docker.io", "kserve/router", "v0.20.0"),
+    "rbac-proxy": Image("quay.io", "brancz/kube-rbac-proxy", "v0.18.0"),
+}
 
-DEFAULT_VERSIONS: dict[str, str] = {"kueue": "0.19.2", "jobset": "0.12.0", "trainer": "2.3.0"}
+# The directory name of each component inside a CRD mirror (layout of ../shared/crds).
+MIRROR_DIRS: dict[str, str] = {"kueue": "kueue", "jobset": "jobset", "trainer": "kubeflow-trainer", "kserve": "kserve",
+                               "cert_manager": "cert-manager"}
+
+DEFAULT_VERSIONS: dict[str, str] = {"kueue": "0.19.2", "jobset": "0.12.0", "trainer": "2.3.0", "kserve": "0.20.0",
+                                    "cert_manager": "1.21.1"}
 
 # API versions Trainyard emits. Kueue v1beta1 is still served by v0.19 but deprecated.
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+KSERVE_API = "serving.kserve.io/v1beta1"
+KSERVE_RUNTIME_API = "serving.kserve.io/v1alpha1"
 
 # The Kubernetes version whose OpenAPI schemas the conformance gate validates against.
 KUBERNETES_VERSION = "1.36.0"

@@ -34,9 +34,11 @@ TYPE_PREFIX = "trainyard:platform"
 
 # Concerns that must wait for others (besides the CRDs, which everything waits for).
 # Kueue's and Trainer's webhooks validate queueing objects and runtimes.
-AFTER: dict[str, tuple[str, ...]] = {"queueing": ("controllers",), "runtimes": ("controllers",)}
+# KServe's chart asks cert-manager for its webhook certificate, so it waits for cert-manager.
+AFTER: dict[str, tuple[str, ...]] = {"queueing": ("controllers",), "runtimes": ("controllers",),
+                                     "serving": ("cert-manager",)}
 # Tenant namespaces are created only once their queues and the admission rules that guard them exist.
-TENANTS_AFTER: tuple[str, ...] = ("queueing", "admission")
+TENANTS_AFTER: tuple[str, ...] = ("queueing", "admission", "serving-admission")
 
 
 def _object_opts(config: PlatformConfig, obj: Manifest, parent: pulumi.Resource,

@@ -98,10 +98,13 @@ class Versions(Model):
     kueue: str = Field(default=catalog.DEFAULT_VERSIONS["kueue"], description="Kueue release (chart and CRDs).")
     jobset: str = Field(default=catalog.DEFAULT_VERSIONS["jobset"], description="JobSet release (chart and CRD).")
     trainer: str = Field(default=catalog.DEFAULT_VERSIONS["trainer"], description="Kubeflow Trainer release (chart and CRDs).")
+    kserve: str = Field(default=catalog.DEFAULT_VERSIONS["kserve"], description="KServe release (controller chart and CRDs).")
+    cert_manager: str = Field(default=catalog.DEFAULT_VERSIONS["cert_manager"],
+                              description="cert-manager release (chart and CRDs), where Trainyard installs it.")
 
     @model_validator(mode="after")
     def _known(self) -> Versions:
-        for component in ("kueue", "jobset", "trainer"):
+        for component in ("kueue", "jobset", "trainer", "kserve", "cert_manager"):
             version = getattr(self, component)
             if (component, version) not in catalog.RELEASES:
                 known = ", ".join(catalog.known_versions(component))
@@ -360,12 +363,13 @@ class Lifecycle(Model):
 class Rehearsal(Model):
     """Local rehearsal: which upstream controllers are external (CRDs and config applied, no Deployments)."""
 
-    external_controllers: tuple[Literal["kueue", "jobset", "trainer"], ...] = Field(
+    external_controllers: tuple[Literal["kueue", "jobset", "trainer", "kserve", "cert-manager"], ...] = Field(
         default=(), description="Controllers whose charts are not installed (CRDs and Trainyard objects still are).")
 
 
-# security.py builds on Model and the name types above, so it is imported here, not at the top.
+# security.py and serving.py build on Model and the name types above, so they are imported here, not at the top.
 from trainyard.config.security import Security  # noqa: E402
+from trainyard.config.serving import Serving  # noqa: E402
 
 
 class PlatformConfig(Model):
@@ -387,6 +391,7 @@ class PlatformConfig(Model):
     lifecycle: Lifecycle = Field(default=Lifecycle(), description="Protection of data-holding resources.")
     rehearsal: Rehearsal = Field(default=Rehearsal(), description="Local rehearsal settings.")
     security: Security = Security()
+    serving: Serving | None = Field(default=None, description="Model serving (KServe); unset = no serving on this stack.")
 
     def pool(self, name: str) -> GpuPool:
         return next(p for p in self.gpu_pools if p.name == name)
@@ -459,6 +464,12 @@ class PlatformConfig(Model):
                     f"level {self.runtimes.topology.level!r} is not a topology level"
                     + ("" if self.topology else " (the stack defines no topology)"),
                 )
+        if self.serving is not None:
+            tenant_names = {t.name for t in self.tenants}
+            for i, name in enumerate(self.serving.exposure.public_tenants):
+                if name not in tenant_names:
+                    raise FieldError(("serving", "exposure", "public_tenants", i), f"{name!r} is not a tenant")
+            _unique("serving.approved_runtimes", list(self.serving.approved_runtimes))
         return self
 
 

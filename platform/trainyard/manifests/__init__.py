@@ -12,13 +12,34 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import admission, crds, installs, kueue, network, runtimes, tenants
+from trainyard.manifests import (
+    admission,
+    cert_manager,
+    crds,
+    installs,
+    kueue,
+    network,
+    runtimes,
+    serving,
+    serving_admission,
+    tenants,
+)
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest, object_id, object_key
 
-# Components whose CRDs the platform declares, in apply order (JobSet before Trainer, which uses it).
+# Components whose CRDs every platform declares, in apply order (JobSet before Trainer, which uses it).
 CRD_COMPONENTS = ["jobset", "kueue", "trainer"]
+
+
+def crd_components(config: PlatformConfig) -> list[str]:
+    """The CRD components of this stack: the core ones, and KServe's (and cert-manager's) with serving."""
+    out = list(CRD_COMPONENTS)
+    if cert_manager.installed(config):
+        out.append("cert_manager")
+    if config.serving is not None:
+        out.append("kserve")
+    return out
 
 
 @dataclass(frozen=True)
@@ -67,7 +88,7 @@ class RenderError(Exception):
 
 def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None = None) -> RenderedPlatform:
     try:
-        crd_docs = crds.load_crds(config, CRD_COMPONENTS, stack_dir)
+        crd_docs = crds.load_crds(config, crd_components(config), stack_dir)
         # Every concern's builder, in apply order; a new concern adds one line (docs/architecture.md).
         concerns = (
             installs.build(config),
@@ -76,6 +97,9 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
             admission.build(config),
             tenants.build(config),
             network.build(config),
+            cert_manager.build(config),
+            serving.build(config, root),
+            serving_admission.build(config),
         )
     except (crds.CrdUnavailable, runtimes.RuntimeFileError) as exc:
         raise RenderError(str(exc)) from None

@@ -182,3 +182,7 @@ def build(config: PlatformConfig) -> Concern:
         for policy in policies(config):
             out += [policy, binding_for(policy)]
     return Concern("admission", objects=tuple(out))
+
+
+# What other concerns' builders (serving) use to write their own policies the same way.
+validating_policy, resource_rule = _policy, _rule

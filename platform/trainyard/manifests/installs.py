@@ -49,7 +49,7 @@ def _release(config: PlatformConfig, component: str, values: dict[str, Any]) -> 
         component=component,
         chart=pinned.chart.chart,
         repo=pinned.chart.repo,
-        version=pinned.version,
+        version=pinned.chart_version or pinned.version,
         namespace=pinned.namespace,
         values=values,
         external=component in config.rehearsal.external_controllers,
@@ -72,7 +72,11 @@ def namespaces(config: PlatformConfig) -> list[Manifest]:
 
 def controller_image(config: PlatformConfig, component: str) -> tuple[str, str, str]:
     """(registry, repository, tag) of a controller: upstream, or the same repository under the mirror."""
-    image = catalog.release(component, getattr(config.versions, component)).image
+    return mirrored_image(config, catalog.release(component, getattr(config.versions, component)).image)
+
+
+def mirrored_image(config: PlatformConfig, image: catalog.Image) -> tuple[str, str, str]:
+    """(registry, repository, tag) of an upstream image: as published, or the same repository under the mirror."""
     mirror = config.images.registry_mirror
     if mirror is None:
         return image.registry, image.repository, image.tag

@@ -12,6 +12,10 @@ APPROVED_RUNTIME_LABEL = "trainyard.dev/approved-runtime"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 
+# KServe labels every pod of an InferenceService with its name (constants.InferenceServicePodLabelKey;
+# pkg/controller/v1beta1/inferenceservice/components/predictor.go at v0.20.0): the way to select predictor pods.
+INFERENCE_SERVICE_POD_LABEL = "serving.kserve.io/inferenceservice"
+
 # The LocalQueue every tenant namespace gets. Kueue's LocalQueueDefaulting assigns jobs that
 # name no queue to a LocalQueue called "default" in their namespace.
 # Ref: https://kueue.sigs.k8s.io/docs/concepts/local_queue/#default-localqueue

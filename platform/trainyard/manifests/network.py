@@ -32,7 +32,7 @@ from trainyard.config.model import PlatformConfig, Tenant
 from trainyard.config.security import Endpoint
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import COMPONENT_LABEL, namespaces
-from trainyard.manifests.meta import TENANT_LABEL, Manifest, metadata
+from trainyard.manifests.meta import INFERENCE_SERVICE_POD_LABEL, TENANT_LABEL, Manifest, metadata
 
 API = "networking.k8s.io/v1"
 DEFAULT_DENY = "default-deny"
@@ -45,8 +45,12 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 # visibility API on 8082 (charts/kueue/templates/visibility/service.yaml, targetPort 8082).
 # JobSet and Trainer: controller-runtime's webhook server default 9443 (Trainer's chart
 # excludes exactly that port from Istio: charts/kubeflow-trainer/templates/manager/deployment.yaml).
-WEBHOOK_PORTS: dict[str, tuple[int, ...]] = {"kueue": (9443, 8082), "jobset": (9443,), "trainer": (9443,)}
+# KServe: webhook-server 9443, metrics through kube-rbac-proxy on 8443 (kserve-resources files/kserve/resources.yaml).
+# cert-manager: webhook securePort 10250, controller metrics 9402 (cert-manager values.yaml, templates/deployment.yaml).
+WEBHOOK_PORTS: dict[str, tuple[int, ...]] = {"kueue": (9443, 8082), "jobset": (9443,), "trainer": (9443,),
+                                             "kserve": (9443,), "cert-manager": (10250,)}
 METRICS_PORT = 8443
+METRICS_PORTS: dict[str, int] = {"cert-manager": 9402}
 
 
 def _policy(name: str, namespace: str, labels: dict[str, str], spec: dict[str, Any]) -> Manifest:
@@ -71,17 +75,30 @@ def peers_of(endpoint: Endpoint) -> list[dict[str, Any]]:
     return [peer]
 
 
-def _egress_to(name: str, namespace: str, labels: dict[str, str], endpoints: list[Endpoint]) -> Manifest:
+def _egress_to(name: str, namespace: str, labels: dict[str, str], endpoints: list[Endpoint],
+               pods: dict[str, Any] | None = None) -> Manifest:
     return _policy(name, namespace, labels, {
-        "podSelector": {},
+        "podSelector": pods or {},
         "policyTypes": ["Egress"],
         "egress": [{"to": peers_of(e), "ports": _tcp(e.ports)} for e in endpoints],
     })
 
 
+def workload_pods(config: PlatformConfig) -> dict[str, Any]:
+    """The pods the general allows apply to: all of them, or, with serving, all but predictor pods.
+
+    Predictor pods get their own, narrower paths (``manifests/serving.py``): the object store out,
+    the stack's callers in. NetworkPolicies only add up, so the general ones must not select them.
+    """
+    if config.serving is None:
+        return {}
+    return {"matchExpressions": [{"key": INFERENCE_SERVICE_POD_LABEL, "operator": "DoesNotExist"}]}
+
+
 def tenant_policies(config: PlatformConfig, tenant: Tenant) -> list[Manifest]:
     ns, labels = tenant.namespace_name, {TENANT_LABEL: tenant.name}
     net = config.security.network
+    workloads = workload_pods(config)
     dns_peer = {"namespaceSelector": _namespace_selector(net.dns.namespace),
                 "podSelector": {"matchLabels": dict(sorted(net.dns.pod_labels.items()))}}
     policies = [
@@ -93,7 +110,7 @@ def tenant_policies(config: PlatformConfig, tenant: Tenant) -> list[Manifest]:
                         "ports": [{"protocol": proto, "port": p} for p in net.dns.ports for proto in ("UDP", "TCP")]}],
         }),
         _policy("allow-same-namespace", ns, labels, {
-            "podSelector": {},
+            "podSelector": workloads,
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [{"from": [{"podSelector": {}}]}],
             "egress": [{"to": [{"podSelector": {}}]}],
@@ -102,9 +119,9 @@ def tenant_policies(config: PlatformConfig, tenant: Tenant) -> list[Manifest]:
     for name, endpoint in (("allow-object-store", net.object_store), ("allow-mlflow", net.mlflow),
                            ("allow-egress-proxy", net.egress_proxy)):
         if endpoint is not None:
-            policies.append(_egress_to(name, ns, labels, [endpoint]))
+            policies.append(_egress_to(name, ns, labels, [endpoint], workloads))
     if net.egress_allowlist:
-        policies.append(_egress_to("allow-egress-allowlist", ns, labels, list(net.egress_allowlist)))
+        policies.append(_egress_to("allow-egress-allowlist", ns, labels, list(net.egress_allowlist), workloads))
     return policies
 
 
@@ -117,11 +134,15 @@ def controller_policies(config: PlatformConfig, namespace: str, component: str) 
     ingress = [webhook_rule]
     if net.metrics_from:
         ingress.append({"from": [{"namespaceSelector": _namespace_selector(n)} for n in net.metrics_from],
-                        "ports": _tcp((METRICS_PORT,))})
+                        "ports": _tcp((METRICS_PORTS.get(component, METRICS_PORT),))})
     return [
         _policy("default-deny-ingress", namespace, labels, {"podSelector": {}, "policyTypes": ["Ingress"]}),
         _policy("allow-webhooks", namespace, labels, {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": ingress}),
     ]
+
+
+# What other concerns' builders use to write their own NetworkPolicies the same way.
+network_policy, egress_to, tcp_ports, namespace_selector = _policy, _egress_to, _tcp, _namespace_selector
 
 
 def build(config: PlatformConfig) -> Concern:

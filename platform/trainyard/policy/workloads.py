@@ -11,9 +11,11 @@ Ref: https://kubernetes.io/docs/concepts/security/pod-security-standards/#restri
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Iterator
 
 from trainyard import catalog
+from trainyard.manifests import generated
 from trainyard.manifests.meta import Manifest
 from trainyard.manifests.runtimes import DIGEST, image_allowed
 from trainyard.policy.model import Context, object_rule
@@ -25,6 +27,13 @@ SECRET_NAME = re.compile(r"(password|passwd|secret|token|credential|private[-_]?
                          re.IGNORECASE)
 # Values that stand for something filled in at deploy time (render's "<redacted>", "<generated>").
 PLACEHOLDER = re.compile(r"^<[^<>]*>$")
+
+
+def is_placeholder(value: str) -> bool:
+    """A value filled in at deploy time: a render placeholder, or nothing but ``${generated:...}`` placeholders."""
+    if PLACEHOLDER.match(value):
+        return True
+    return any(generated.names_in(value)) and generated.substitute(value, defaultdict(str)) == ""
 
 
 def _images(obj: Manifest) -> Iterator[tuple[str, str]]:
@@ -128,13 +137,13 @@ def no_plaintext_secrets(obj: Manifest, ctx: Context) -> Iterator[str]:
     if obj.get("kind") == "Secret":
         for field in ("data", "stringData"):
             for key, value in as_dict(obj.get(field)).items():
-                if isinstance(value, str) and value and not PLACEHOLDER.match(value):
+                if isinstance(value, str) and value and not is_placeholder(value):
                     yield f"{field}.{key} holds a literal value"
     for path, env in env_lists(obj):
         for i, item in enumerate(env):
             var = as_dict(item)
             name, value = str(var.get("name", "")), var.get("value")
-            if SECRET_NAME.search(name) and isinstance(value, str) and value and not PLACEHOLDER.match(value):
+            if SECRET_NAME.search(name) and isinstance(value, str) and value and not is_placeholder(value):
                 yield f"{path}[{i}] ({name}) has a literal value"
 
 

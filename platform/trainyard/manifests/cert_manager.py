@@ -1,0 +1,78 @@
+"""cert-manager: issues the serving certificate of KServe's webhooks.
+
+KServe's chart asks cert-manager for the webhook certificate (an Issuer and a Certificate in the
+``kserve`` namespace, and ``cert-manager.io/inject-ca-from`` on its webhook configurations), so
+cert-manager must run before KServe. A stack whose cluster already runs cert-manager says so
+(``serving.cert_manager.install: false``): Trainyard then declares neither its CRDs nor its chart.
+
+Chart values (cert-manager v1.21.1 values.yaml):
+- ``crds.enabled: false``: Trainyard declares the CRDs itself (verified, retained, protected).
+- ``imageRegistry``/``imageNamespace``: every cert-manager image from the stack's mirror.
+- ``startupapicheck.enabled: false``: it is a post-install hook Job that only waits for the webhook;
+  Pulumi's Chart resource does not run hooks as hooks, and KServe waits for this release anyway.
+- ``global.leaderElection.namespace``: the lease in cert-manager's own namespace, not kube-system.
+
+Ref: https://cert-manager.io/docs/installation/helm/
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainyard import catalog
+from trainyard.config.model import PlatformConfig
+from trainyard.manifests.concern import Concern
+from trainyard.manifests.installs import COMPONENT_LABEL, ChartRelease, mirrored_image
+from trainyard.manifests.meta import Manifest, metadata
+from trainyard.manifests.network import controller_policies
+
+COMPONENT = "cert-manager"
+
+
+def installed(config: PlatformConfig) -> bool:
+    """Trainyard installs cert-manager: serving is on and the stack does not bring its own."""
+    return config.serving is not None and config.serving.cert_manager.install
+
+
+def release_of(config: PlatformConfig) -> catalog.Release:
+    return catalog.release("cert_manager", config.versions.cert_manager)
+
+
+def values(config: PlatformConfig) -> dict[str, Any]:
+    pinned = release_of(config)
+    registry, repository, _ = mirrored_image(config, pinned.image)
+    namespace = repository.rsplit("/", 1)[0]
+    return {
+        "crds": {"enabled": False},
+        "imageRegistry": registry,
+        "imageNamespace": namespace,
+        "global": {"leaderElection": {"namespace": pinned.namespace}},
+        "startupapicheck": {"enabled": False},
+    }
+
+
+def chart_release(config: PlatformConfig) -> ChartRelease:
+    pinned = release_of(config)
+    return ChartRelease(
+        name=COMPONENT, component=COMPONENT, chart=pinned.chart.chart, repo=pinned.chart.repo,
+        version=pinned.chart_version or pinned.version, namespace=pinned.namespace, values=values(config),
+        external=COMPONENT in config.rehearsal.external_controllers,
+    )
+
+
+def namespace(config: PlatformConfig) -> Manifest:
+    from trainyard.manifests.tenants import PSA_LABELS
+
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": metadata(release_of(config).namespace, labels={COMPONENT_LABEL: COMPONENT, **PSA_LABELS})}
+
+
+def build(config: PlatformConfig) -> Concern:
+    """cert-manager's namespace, its network policies and its chart, where Trainyard installs it."""
+    if not installed(config):
+        return Concern("cert-manager")
+    release = chart_release(config)
+    objects: list[Manifest] = []
+    if not release.external:
+        objects = [namespace(config), *controller_policies(config, release.namespace, COMPONENT)]
+    return Concern("cert-manager", objects=tuple(objects), releases=(release,))
