@@ -35,7 +35,13 @@ POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
     "TrainingRuntime": ("spec", "template", "spec", "replicatedJobs", "*", *_JOB_POD),
     "TrainJob": ("spec", "runtimePatches", "*", "trainingRuntimeSpec", "template", "spec", "replicatedJobs", "*",
                  *_JOB_POD),
+    # A serving runtime's spec is pod-like (containers, volumes); KServe merges it into the predictor pod.
+    "ClusterServingRuntime": ("spec",),
+    "ServingRuntime": ("spec",),
 }
+# An InferenceService carries a partial pod spec per component (the runtime supplies the rest), and the
+# predictor's model container (``spec.predictor.model``: a Container without a list around it).
+INFERENCE_SERVICE_COMPONENTS = ("predictor", "transformer", "explainer")
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 
 
@@ -90,6 +96,9 @@ def _walk(node: Any, path: tuple[str, ...], shown: str) -> Iterator[tuple[str, d
 
 
 def pod_specs(obj: Manifest) -> list[PodSpec]:
+    if obj.get("kind") == "InferenceService":
+        return [PodSpec(f"spec.{c}", as_dict(dig(obj, "spec", c)), partial=True)
+                for c in INFERENCE_SERVICE_COMPONENTS if isinstance(dig(obj, "spec", c), dict)]
     path = POD_SPEC_PATHS.get(str(obj.get("kind")))
     if path is None:
         return []
@@ -107,6 +116,10 @@ def containers(obj: Manifest) -> list[Container]:
         pseudo = {"image": trainer.get("image"), "env": trainer.get("env"), "resources": trainer.get("resourcesPerNode")}
         out.insert(0, Container("spec.trainer", {k: v for k, v in pseudo.items() if v is not None},
                                 PodSpec("spec.trainer", {}, partial=True)))
+    model = dig(obj, "spec", "predictor", "model")
+    if obj.get("kind") == "InferenceService" and isinstance(model, dict):
+        predictor = as_dict(dig(obj, "spec", "predictor"))
+        out.insert(0, Container("spec.predictor.model", model, PodSpec("spec.predictor", predictor, partial=True)))
     return out
 
 
