@@ -1,0 +1,103 @@
+"""Serving admission on a real kube-apiserver: InferenceServices that break a rule are denied, a correct one is accepted.
+
+The private control plane of ``tests/cluster/conftest.py`` gets KServe's CRDs, the serving
+admission policies and the local stack's tenant namespaces, as rendered. Each InferenceService
+is sent with a server-side dry run (``kubectl create --dry-run=server``): the API server runs
+schema validation and the ValidatingAdmissionPolicies and stores nothing. No KServe controller
+runs here, so KServe's own webhooks are not part of what is tested: these denials are Trainyard's.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import Any
+
+import pytest
+
+from tests.cluster.conftest import Cluster
+from tests.conftest import rendered
+from trainyard.manifests.meta import TENANT_LABEL
+
+pytestmark = pytest.mark.cluster
+
+TENANT_NS = "team-a"
+GOOD: dict[str, Any] = {
+    "apiVersion": "serving.kserve.io/v1beta1",
+    "kind": "InferenceService",
+    "metadata": {"name": "chat", "namespace": TENANT_NS,
+                 "labels": {"networking.kserve.io/visibility": "cluster-local"}},
+    "spec": {"predictor": {
+        "serviceAccountName": "kserve-predictor",
+        "model": {"modelFormat": {"name": "vLLM"}, "runtime": "vllm-openai",
+                  "storageUri": "s3://team-a-models/mlflow/1/0f3c/artifacts/model"},
+    }},
+}
+
+
+def with_change(change: dict[str, Any]) -> dict[str, Any]:
+    isvc = copy.deepcopy(GOOD)
+    isvc["spec"]["predictor"]["model"].update(change)
+    return isvc
+
+
+CASES = {
+    "unapproved runtime": (with_change({"runtime": "kserve-vllmserver"}), "trainyard-isvc-runtime"),
+    "unpinned image": (with_change({"image": "registry.trainyard.internal/vllm/vllm-openai:v0.24.0"}),
+                       "trainyard-isvc-images"),
+    "foreign bucket": (with_change({"storageUri": "s3://team-b-models/mlflow/2/77aa/artifacts/model"}),
+                       "trainyard-isvc-storage"),
+}
+
+
+def dry_run(cluster: Cluster, obj: dict[str, Any]) -> tuple[int, str]:
+    result = cluster.kubectl("create", "--dry-run=server", "-o", "name", "-f", "-", stdin=json.dumps(obj), check=False)
+    return result.returncode, (result.stdout + result.stderr).strip()
+
+
+@pytest.fixture(scope="module")
+def serving_admission(cluster: Cluster) -> Cluster:
+    platform = rendered("local")
+    crds = [c for c in platform.crds if c["spec"]["group"] == "serving.kserve.io"]
+    namespaces = [o for o in platform.objects if o["kind"] == "Namespace" and TENANT_LABEL in o["metadata"]["labels"]]
+    policies = list(platform.concern("serving-admission").objects)
+    assert len(policies) == 10
+    for batch in (crds, namespaces, policies):
+        cluster.kubectl("apply", "--server-side", "--field-manager=trainyard-test", "-f", "-",
+                        stdin="\n".join(json.dumps(o) for o in batch))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=120s",
+                    *[f"crd/{c['metadata']['name']}" for c in crds])
+    # A new policy takes effect once the API server's policy informer has seen it and its binding:
+    # wait (bounded) until the first bad case is denied.
+    deadline = time.monotonic() + 60
+    while dry_run(cluster, CASES["unapproved runtime"][0])[0] == 0 and time.monotonic() < deadline:
+        time.sleep(1)
+    return cluster
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_an_inference_service_breaking_a_rule_is_denied_by_its_policy(serving_admission: Cluster, case: str) -> None:
+    obj, policy = CASES[case]
+    code, output = dry_run(serving_admission, obj)
+    print(f"{case}: exit {code}: {output}")
+    assert code != 0
+    assert f"ValidatingAdmissionPolicy '{policy}'" in output, output
+
+
+def test_a_correct_inference_service_is_accepted(serving_admission: Cluster) -> None:
+    code, output = dry_run(serving_admission, GOOD)
+    print(f"correct: exit {code}: {output}")
+    assert code == 0, output
+    assert output == "inferenceservice.serving.kserve.io/chat"
+
+
+def test_a_tenant_serving_runtime_is_denied(serving_admission: Cluster) -> None:
+    runtime = {"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime",
+               "metadata": {"name": "vllm-openai", "namespace": TENANT_NS},
+               "spec": {"supportedModelFormats": [{"name": "vLLM"}],
+                        "containers": [{"name": "kserve-container", "image": "registry.trainyard.internal/x@sha256:" + "0" * 64}]}}
+    code, output = dry_run(serving_admission, runtime)
+    print(f"tenant ServingRuntime: exit {code}: {output}")
+    assert code != 0
+    assert "ValidatingAdmissionPolicy 'trainyard-serving-runtimes'" in output, output
