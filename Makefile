@@ -86,6 +86,23 @@ down: setup ## `pulumi destroy` of the local stack (CRDs and namespaces stay), t
 test-cluster: setup ## The cluster tier: real kube-apiserver + etcd, real Pulumi engine and provider
 	$(BIN)/pytest -q -m cluster tests/cluster $(PYTEST_ARGS)
 
+##@ Serving tier
+
+SERVING_VENV := .venv-serving
+SERVING_STAMP := $(SERVING_VENV)/.installed
+
+.PHONY: serving-env
+serving-env: $(SERVING_STAMP) ## Create .venv-serving: MLflow server, kserve-storage, moto (tests/serving/requirements.txt)
+
+$(SERVING_STAMP): tests/serving/requirements.txt
+	$(PYTHON) -m venv $(SERVING_VENV)
+	$(SERVING_VENV)/bin/pip install --quiet -r tests/serving/requirements.txt
+	@touch $@
+
+.PHONY: test-serving
+test-serving: setup serving-env ## Registry to storage for real: MLflow, S3 (SeaweedFS if built, else moto), trainyard promote, kserve_storage
+	$(BIN)/pytest -q -s -m serving tests/serving $(PYTEST_ARGS)
+
 .PHONY: clean
 clean: ## Remove rendered output and caches in the repo (not the tools cache)
 	rm -rf out .pytest_cache .mypy_cache .ruff_cache

@@ -96,7 +96,8 @@ def test_a_tenant_serving_runtime_is_denied(serving_admission: Cluster) -> None:
     runtime = {"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime",
                "metadata": {"name": "vllm-openai", "namespace": TENANT_NS},
                "spec": {"supportedModelFormats": [{"name": "vLLM"}],
-                        "containers": [{"name": "kserve-container", "image": "registry.trainyard.internal/x@sha256:" + "0" * 64}]}}
+                        "containers": [{"name": "kserve-container",
+                                        "image": "registry.trainyard.internal/x@sha256:" + "0" * 64}]}}
     code, output = dry_run(serving_admission, runtime)
     print(f"tenant ServingRuntime: exit {code}: {output}")
     assert code != 0

@@ -63,7 +63,7 @@ from trainyard.manifests.runtimes import DIGEST, RuntimeFileError, image_allowed
 
 COMPONENT = "kserve"
 SERVICE_ACCOUNT = "kserve-predictor"
-S3_SECRET = "trainyard-serving-s3"
+S3_SECRET = "trainyard-serving-s3"  # noqa: S105 - a Secret name
 ROLE = "trainyard-serving"
 # The Secret keys KServe reads the static S3 keys from: the chart's storage.s3.{accessKeyIdName,secretAccessKeyName},
 # set explicitly below (KServe's code default would be awsAccessKeyID / awsSecretAccessKey).
@@ -215,7 +215,8 @@ def load_serving_runtime(path: Path, config: PlatformConfig) -> Manifest:
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise RuntimeFileError(shown, "(file)", "approved serving runtime has no file in the serving runtimes directory") from None
+        raise RuntimeFileError(shown, "(file)",
+                               "approved serving runtime has no file in the serving runtimes directory") from None
     except yaml.YAMLError as exc:
         raise RuntimeFileError(shown, "(yaml)", f"not valid YAML: {exc}") from None
     if not isinstance(doc, dict) or doc.get("kind") != "ClusterServingRuntime":

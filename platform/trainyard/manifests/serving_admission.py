@@ -94,7 +94,8 @@ def images_policy(config: PlatformConfig) -> Manifest:
         variables=[
             {"name": "registries", "expression": cel_list(config.runtimes.approved_registries)},
             {"name": "images", "expression": images_expression()},
-            {"name": "unapproved", "expression": "variables.images.filter(i, !variables.registries.exists(r, i.startsWith(r)))"},
+            {"name": "unapproved",
+             "expression": "variables.images.filter(i, !variables.registries.exists(r, i.startsWith(r)))"},
             {"name": "unpinned", "expression": f"variables.images.filter(i, !i.matches({json.dumps(DIGEST_CEL)}))"},
         ],
         validations=[
@@ -117,7 +118,8 @@ def storage_policy(config: PlatformConfig) -> Manifest:
                                              " ? variables.buckets[namespaceObject.metadata.name] : ''"},
             {"name": "prefix", "expression": "'s3://' + variables.bucket + '/'"},
             {"name": "uris", "expression": storage_uris_expression()},
-            {"name": "foreign", "expression": "variables.uris.filter(u, variables.bucket == '' || !u.startsWith(variables.prefix))"},
+            {"name": "foreign",
+             "expression": "variables.uris.filter(u, variables.bucket == '' || !u.startsWith(variables.prefix))"},
         ],
         validations=[
             {"expression": "size(variables.uris) > 0",

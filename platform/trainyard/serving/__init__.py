@@ -1,0 +1,1 @@
+"""Serving workflows that run against live systems: promotion from the model registry to KServe."""

@@ -1,0 +1,185 @@
+"""``trainyard promote``: a registered model version in MLflow becomes a reviewable InferenceService file.
+
+From (tenant, model name, version or alias) to one YAML file in the tenant's namespace:
+
+1. MLflow's client (REST) resolves the version, or the alias, and the version's artifact location
+   (``get_model_version_download_uri``; MLflow 3 resolves ``models:/`` sources to where the files are).
+2. The location must be an ``s3://`` path inside the tenant's own model bucket: KServe's storage
+   initializer has no ``models:/`` or ``mlflow-artifacts:`` scheme (kserve_storage.py at v0.20.0), and
+   the tenant's serving identity can read nothing else. Anything else is refused, naming what was found.
+3. The InferenceService names an approved ClusterServingRuntime (the tenant's choice or the stack's
+   default), the tenant's ``kserve-predictor`` ServiceAccount (its read-only S3 Secret), a restricted pod
+   security context, cluster-local visibility unless the tenant may expose models, and resources.
+   A LoRA adapter is served on its base model: both are downloaded (``spec.predictor.storageUris``),
+   and vLLM loads the adapter with ``--lora-modules NAME=PATH`` on a runtime that has ``--enable-lora``.
+4. The file is checked with the stack's policy rules (what ``trainyard check STACK FILE`` runs) and
+   written; ``--apply`` then applies it with the tenant's kubeconfig/context (server-side apply).
+
+Who approves what: see docs/promotion.md.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainyard.config.model import PlatformConfig, Tenant
+from trainyard.manifests.meta import TENANT_LABEL, Manifest
+from trainyard.manifests.serving import (
+    CLUSTER_LOCAL,
+    SERVICE_ACCOUNT,
+    VISIBILITY_LABEL,
+    enabled,
+    load_serving_runtime,
+    model_bucket,
+)
+
+MODEL_DIR = "/mnt/models"  # KServe's default mount (constants.DefaultModelLocalMountPath)
+ADAPTERS_DIR = "/mnt/adapters"  # shares /mnt with MODEL_DIR, as validateMultipleStorageURIsSpec requires
+ANNOTATION_PREFIX = "trainyard.dev/"
+ENABLE_LORA = "--enable-lora"
+
+
+class PromoteError(Exception):
+    """Promotion cannot go ahead; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A registered model version: name and version, with the alias it was asked for by (if any)."""
+
+    name: str
+    version: str
+    alias: str | None
+    location: str
+
+
+@dataclass(frozen=True)
+class Resources:
+    gpus: int = 1
+    cpu: str = "4"
+    memory: str = "32Gi"
+
+
+def resolve(client: Any, name: str, version: str | None, alias: str | None) -> ModelRef:
+    """The model version (by number or alias) and the location of its files, from the MLflow registry."""
+    from mlflow.exceptions import MlflowException
+
+    if (version is None) == (alias is None):
+        raise PromoteError("give exactly one of --version or --alias")
+    try:
+        mv = client.get_model_version_by_alias(name, alias) if alias else client.get_model_version(name, version)
+        location = client.get_model_version_download_uri(name, mv.version)
+    except MlflowException as exc:
+        raise PromoteError(f"model registry: {exc.message}") from None
+    return ModelRef(name=name, version=str(mv.version), alias=alias, location=str(location))
+
+
+def storage_uri(config: PlatformConfig, tenant: Tenant, ref: ModelRef) -> str:
+    """The ``s3://`` URI of the version's files; PromoteError unless it lies in the tenant's model bucket."""
+    bucket = model_bucket(config, tenant)
+    prefix = f"s3://{bucket}/"
+    location = ref.location.rstrip("/")
+    scheme = location.split(":", 1)[0] if ":" in location else ""
+    if scheme != "s3":
+        raise PromoteError(
+            f"model {ref.name} version {ref.version} is stored at {ref.location!r}; KServe reads s3:// only "
+            f"(no models:/ or mlflow-artifacts: scheme). Log the model to an experiment whose artifact location "
+            f"is in {prefix}... and register that version")
+    if not location.startswith(prefix) or location == prefix.rstrip("/"):
+        raise PromoteError(
+            f"model {ref.name} version {ref.version} is stored at {ref.location!r}, outside tenant "
+            f"{tenant.name}'s model bucket ({prefix}...); its serving identity cannot read it")
+    return location
+
+
+def _runtime(config: PlatformConfig, root: Path, name: str | None) -> Manifest:
+    serving = enabled(config)
+    chosen = name or serving.default_runtime or serving.approved_runtimes[0]
+    if chosen not in serving.approved_runtimes:
+        raise PromoteError(f"runtime {chosen!r} is not approved on this stack ({', '.join(serving.approved_runtimes)})")
+    return load_serving_runtime(root / serving.runtimes_directory / f"{chosen}.yaml", config)
+
+
+def _supports_lora(runtime: Manifest) -> bool:
+    return any(ENABLE_LORA in (c.get("args") or []) for c in runtime["spec"]["containers"])
+
+
+def inference_service(config: PlatformConfig, root: Path, tenant: Tenant, ref: ModelRef, *, name: str,
+                      runtime: str | None = None, resources: Resources = Resources(),
+                      base: ModelRef | None = None, expose: bool = False) -> Manifest:
+    """The InferenceService for ``ref`` (an adapter on ``base`` when given), as a plain manifest."""
+    serving = enabled(config)
+    served = _runtime(config, root, runtime)
+    runtime_name = served["metadata"]["name"]
+    if expose and tenant.name not in serving.exposure.public_tenants:
+        raise PromoteError(f"tenant {tenant.name} may not expose models (serving.exposure.public_tenants)")
+    limits: dict[str, Any] = {"cpu": resources.cpu, "memory": resources.memory}
+    if resources.gpus:
+        limits["nvidia.com/gpu"] = resources.gpus
+    model: dict[str, Any] = {
+        "modelFormat": {"name": served["spec"]["supportedModelFormats"][0]["name"]},
+        "runtime": runtime_name,
+        "resources": {"requests": {"cpu": resources.cpu, "memory": resources.memory}, "limits": limits},
+    }
+    predictor: dict[str, Any] = {
+        "serviceAccountName": SERVICE_ACCOUNT,
+        # The namespace enforces the restricted Pod Security Standard; KServe does not carry a runtime's
+        # pod-level securityContext into the predictor pod, so the InferenceService sets it.
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+    }
+    annotations = {f"{ANNOTATION_PREFIX}registered-model": ref.name, f"{ANNOTATION_PREFIX}model-version": ref.version}
+    adapter_uri = storage_uri(config, tenant, ref)
+    if base is None:
+        model["storageUri"] = adapter_uri
+        annotations[f"{ANNOTATION_PREFIX}model-source"] = adapter_uri
+    else:
+        if not _supports_lora(served):
+            raise PromoteError(f"runtime {runtime_name} does not serve LoRA adapters (no {ENABLE_LORA}); use vllm-openai")
+        base_uri = storage_uri(config, tenant, base)
+        adapter_dir = f"{ADAPTERS_DIR}/{ref.name}"
+        predictor["storageUris"] = [{"uri": base_uri, "mountPath": MODEL_DIR}, {"uri": adapter_uri, "mountPath": adapter_dir}]
+        model["args"] = ["--lora-modules", f"{ref.name}={adapter_dir}"]
+        annotations |= {f"{ANNOTATION_PREFIX}base-model": base.name, f"{ANNOTATION_PREFIX}base-model-version": base.version,
+                        f"{ANNOTATION_PREFIX}model-source": adapter_uri, f"{ANNOTATION_PREFIX}base-model-source": base_uri}
+    predictor["model"] = model
+    labels = {TENANT_LABEL: tenant.name}
+    if not expose:
+        labels[VISIBILITY_LABEL] = CLUSTER_LOCAL
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": name, "namespace": tenant.namespace_name, "labels": labels, "annotations": annotations},
+        "spec": {"predictor": predictor},
+    }
+
+
+def to_file(isvc: Manifest, ref: ModelRef, base: ModelRef | None) -> str:
+    origin = f"models:/{ref.name}/{ref.version}" + (f" (alias {ref.alias})" if ref.alias else "")
+    if base is not None:
+        origin += f", LoRA adapter on models:/{base.name}/{base.version}"
+    header = (f"# Written by `trainyard promote` from {origin}.\n"
+              "# Review it like any manifest: `trainyard check STACK FILE`; apply with `trainyard promote ... --apply`\n"
+              "# or `kubectl apply --server-side -f FILE` with the tenant's credentials.\n")
+    return header + yaml.safe_dump(isvc, sort_keys=False)
+
+
+def apply(path: Path, kubectl: str, kubeconfig: str | None, context: str | None) -> str:
+    """Server-side apply of the written file with the tenant's credentials; PromoteError on failure."""
+    command = [kubectl]
+    if kubeconfig:
+        command += ["--kubeconfig", kubeconfig]
+    if context:
+        command += ["--context", context]
+    command += ["apply", "--server-side", "--field-manager=trainyard-promote", "-f", str(path)]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)  # noqa: S603
+    except FileNotFoundError:
+        raise PromoteError(f"{kubectl}: not found (set --kubectl)") from None
+    if result.returncode != 0:
+        raise PromoteError(f"kubectl apply failed: {result.stderr.strip()}")
+    return result.stdout.strip()
