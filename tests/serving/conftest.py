@@ -100,13 +100,23 @@ def _start_seaweedfs(tmp: Path, port: int) -> tuple[subprocess.Popen[bytes], dic
     return proc, {"admin": ADMIN, **SEAWEEDFS_KEYS}
 
 
-# moto enforces IAM identity policies once INITIAL_NO_AUTH_ACTION_COUNT unauthenticated calls are used up:
-# exactly the setup below (create_user, put_user_policy, create_access_key for three users).
-MOTO_SETUP_ACTIONS = 9
-MOTO_SETUP = """
-import json, sys, boto3
-url, users = sys.argv[1], json.loads(sys.argv[2])
-iam = boto3.client("iam", endpoint_url=url, region_name="us-east-1", aws_access_key_id="setup", aws_secret_access_key="setup")
+# moto's server enforces IAM identity policies (SigV4 keys and the users' policies) once its
+# INITIAL_NO_AUTH_ACTION_COUNT requests are used up (moto/core/authorization.py). The launcher runs
+# moto in-process, creates the users, keys and buckets with authentication off, then turns it on for
+# every request that follows, and prints the keys. moto names HEAD on a bucket "s3:HeadBucket"
+# (moto/s3/responses.py), where AWS checks s3:ListBucket; the read-only policy lists both, so the
+# identity may do exactly what SeaweedFS's Read/List actions allow, on its own bucket.
+MOTO_LAUNCHER = """
+import json, sys, threading, boto3
+from moto import settings
+from moto.server import ThreadedMotoServer
+port, users, buckets = int(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+settings.INITIAL_NO_AUTH_ACTION_COUNT = float("inf")
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+server.start()
+url = f"http://127.0.0.1:{port}"
+kw = dict(endpoint_url=url, region_name="us-east-1", aws_access_key_id="setup", aws_secret_access_key="setup")
+iam, s3 = boto3.client("iam", **kw), boto3.client("s3", **kw)
 def user(name, statement):
     iam.create_user(UserName=name)
     iam.put_user_policy(UserName=name, PolicyName=name,
@@ -114,23 +124,27 @@ def user(name, statement):
     key = iam.create_access_key(UserName=name)["AccessKey"]
     return name, (key["AccessKeyId"], key["SecretAccessKey"])
 keys = dict([user("admin", {"Effect": "Allow", "Action": "*", "Resource": "*"})] + [
-    user(name, {"Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket"],
-                "Resource": [f"arn:aws:s3:::{b}" for b in buckets] + [f"arn:aws:s3:::{b}/*" for b in buckets]})
-    for name, buckets in users.items()])
-print(json.dumps(keys))
+    user(name, {"Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket", "s3:HeadBucket"],
+                "Resource": [f"arn:aws:s3:::{b}" for b in allowed] + [f"arn:aws:s3:::{b}/*" for b in allowed]})
+    for name, allowed in users.items()])
+for bucket in buckets:
+    s3.create_bucket(Bucket=bucket)
+settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
+print("KEYS " + json.dumps(keys), flush=True)
+threading.Event().wait()
 """
 
 
 def _start_moto(tmp: Path, port: int) -> tuple[subprocess.Popen[bytes], dict[str, tuple[str, str]]]:
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"),
-           "INITIAL_NO_AUTH_ACTION_COUNT": str(MOTO_SETUP_ACTIONS)}
-    proc = subprocess.Popen([str(SERVING_VENV / "bin" / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=(tmp / "moto.log").open("wb"), stderr=subprocess.STDOUT, env=env)
-    wait_http(f"http://127.0.0.1:{port}/", "moto")
-    setup = serving_python(MOTO_SETUP, {}, f"http://127.0.0.1:{port}", json.dumps(READ_ONLY))
-    assert setup.returncode == 0, setup.stderr
-    keys = {name: (pair[0], pair[1]) for name, pair in json.loads(setup.stdout).items()}
-    return proc, keys
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp")}
+    proc = subprocess.Popen([str(PYTHON), "-c", MOTO_LAUNCHER, str(port), json.dumps(READ_ONLY), json.dumps(BUCKETS)],
+                            stdout=subprocess.PIPE, stderr=(tmp / "moto.log").open("wb"), env=env)
+    assert proc.stdout is not None
+    line = ""
+    while not line.startswith("KEYS "):  # moto prints its own start-up line first
+        line = proc.stdout.readline().decode()
+        assert line, f"moto did not start (see {tmp / 'moto.log'})"
+    return proc, {name: (pair[0], pair[1]) for name, pair in json.loads(line.removeprefix("KEYS ")).items()}
 
 
 MAKE_BUCKETS = """
@@ -152,8 +166,9 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         url = f"http://127.0.0.1:{port}"
         wait_http(url + "/", kind)
         server = S3Server(url=url, kind=kind, admin=keys.pop("admin"), identities=keys)
-        made = serving_python(MAKE_BUCKETS, server.admin_env(), *BUCKETS)
-        assert made.returncode == 0, made.stderr
+        if kind == "seaweedfs":
+            made = serving_python(MAKE_BUCKETS, server.admin_env(), *BUCKETS)
+            assert made.returncode == 0, made.stderr
         yield server
     finally:
         proc.terminate()

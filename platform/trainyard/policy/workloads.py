@@ -45,7 +45,7 @@ def _images(obj: Manifest) -> Iterator[tuple[str, str]]:
 
 @object_rule("image-approved-registry", "Images come from an approved registry.",
              "Mirror the image into an approved registry (runtimes.approved_registries) and reference it there.",
-             admission="trainyard-trainjob-image, trainyard-pod-images")
+             admission="trainyard-trainjob-image, trainyard-pod-images, trainyard-isvc-images")
 def image_approved_registry(obj: Manifest, ctx: Context) -> Iterator[str]:
     registries = ctx.config.runtimes.approved_registries
     for path, image in _images(obj):
@@ -54,7 +54,8 @@ def image_approved_registry(obj: Manifest, ctx: Context) -> Iterator[str]:
 
 
 @object_rule("image-pinned-digest", "Images are pinned by digest, so what was reviewed is what runs.",
-             "Reference the image as registry/name@sha256:<digest> (a tag can be moved after review).")
+             "Reference the image as registry/name@sha256:<digest> (a tag can be moved after review).",
+             admission="trainyard-isvc-images")
 def image_pinned_digest(obj: Manifest, ctx: Context) -> Iterator[str]:
     for path, image in _images(obj):
         if not DIGEST.search(image):
