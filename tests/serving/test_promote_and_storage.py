@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROOT, rendered, stack
+from tests.conftest import CRDS_DIR, ROOT, rendered, stack
 from tests.serving.conftest import BUCKETS, READ_ONLY, S3Server, serving_python
 from trainyard.manifests import generated
 from trainyard.manifests.serving import (
@@ -30,6 +30,7 @@ from trainyard.manifests.serving import (
     SERVICE_ACCOUNT,
     read_only_identities,
 )
+from trainyard.schemas import Validator
 
 pytestmark = pytest.mark.serving
 TRAINYARD = Path(sys.executable).parent / "trainyard"
@@ -136,6 +137,8 @@ def test_promote_writes_an_inference_service_on_the_tenant_bucket_that_passes_ch
     assert predictor["serviceAccountName"] == SERVICE_ACCOUNT
     assert isvc["metadata"]["namespace"] == "team-a"
     assert isvc["metadata"]["labels"]["networking.kserve.io/visibility"] == "cluster-local"
+    assert CRDS_DIR is not None
+    assert [str(e) for e in Validator(CRDS_DIR).errors(isvc)] == []
     checked = check(out)
     print(checked.stdout)
     assert checked.returncode == 0, checked.stdout
@@ -155,6 +158,8 @@ def test_promote_serves_a_lora_adapter_on_its_base_model(
     assert "storageUri" not in predictor["model"]
     assert predictor["model"]["args"] == ["--lora-modules", "chat-support-lora=/mnt/adapters/chat-support-lora"]
     assert predictor["model"]["runtime"] == "vllm-openai"
+    assert CRDS_DIR is not None
+    assert [str(e) for e in Validator(CRDS_DIR).errors(yaml.safe_load(out.read_text()))] == []
     assert check(out).returncode == 0
 
 
