@@ -140,10 +140,14 @@ def _start_moto(tmp: Path, port: int) -> tuple[subprocess.Popen[bytes], dict[str
     proc = subprocess.Popen([str(PYTHON), "-c", MOTO_LAUNCHER, str(port), json.dumps(READ_ONLY), json.dumps(BUCKETS)],
                             stdout=subprocess.PIPE, stderr=(tmp / "moto.log").open("wb"), env=env)
     assert proc.stdout is not None
-    line = ""
-    while not line.startswith("KEYS "):  # moto prints its own start-up line first
-        line = proc.stdout.readline().decode()
-        assert line, f"moto did not start (see {tmp / 'moto.log'})"
+    try:
+        line = ""
+        while not line.startswith("KEYS "):  # moto prints its own start-up line first
+            line = proc.stdout.readline().decode()
+            assert line, f"moto did not start (see {tmp / 'moto.log'})"
+    except BaseException:
+        proc.kill()
+        raise
     return proc, {name: (pair[0], pair[1]) for name, pair in json.loads(line.removeprefix("KEYS ")).items()}
 
 
