@@ -79,10 +79,10 @@ class S3Server:
 
 
 # identity name -> the buckets it may read and list
-READ_ONLY = {"team-a-serving": ("team-a-models",), "team-b-serving": ("team-b-models",)}
+READ_ONLY = {"serving-team-a": ("team-a-models",), "serving-team-b": ("team-b-models",)}
 BUCKETS = ("team-a-models", "team-b-models")
 
-SEAWEEDFS_KEYS = {name: (f"{name.upper().replace('-', '')}KEY0000"[:20], f"{name}-secret-key-for-tests-000000")
+SEAWEEDFS_KEYS = {name: (f"{name.upper().replace('-', '')}KEY000000"[:20], f"{name}-secret-key-for-tests-000000")
                   for name in READ_ONLY}
 
 
@@ -94,9 +94,14 @@ def _start_seaweedfs(tmp: Path, port: int) -> tuple[subprocess.Popen[bytes], dic
     ]}
     (tmp / "s3.json").write_text(json.dumps(config))
     (tmp / "weed").mkdir()
-    proc = subprocess.Popen([str(WEED), "mini", f"-dir={tmp / 'weed'}", f"-s3.config={tmp / 's3.json'}",
-                             f"-s3.port={port}", "-ip=127.0.0.1"],
-                            stdout=(tmp / "weed.log").open("wb"), stderr=subprocess.STDOUT)
+    # The flags of the object-store branch's SeaweedFS test: loopback only, every port chosen here.
+    ports = {"master.port": free_port(), "volume.port": free_port(), "filer.port": free_port()}
+    proc = subprocess.Popen([str(WEED), "mini", f"-dir={tmp / 'weed'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                             f"-s3.port={port}", f"-s3.config={tmp / 's3.json'}", "-s3.port.iceberg=0",
+                             "-s3.port.lance=0", "-webdav=false", "-admin.ui=false", "-master.telemetry=false",
+                             *(f"-{flag}={p}" for flag, p in ports.items()),
+                             *(f"-{flag}.grpc={free_port()}" for flag in ports)],
+                            stdout=(tmp / "weed.log").open("wb"), stderr=subprocess.STDOUT, cwd=tmp)
     return proc, {"admin": ADMIN, **SEAWEEDFS_KEYS}
 
 
@@ -152,8 +157,17 @@ def _start_moto(tmp: Path, port: int) -> tuple[subprocess.Popen[bytes], dict[str
 
 
 MAKE_BUCKETS = """
-import sys, boto3
+import sys, time, boto3
 s3 = boto3.client("s3")
+deadline = time.monotonic() + 180
+while True:  # the S3 port answers before the filer is ready
+    try:
+        s3.list_buckets()
+        break
+    except Exception:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(1)
 for bucket in sys.argv[1:]:
     s3.create_bucket(Bucket=bucket)
 """

@@ -63,7 +63,7 @@ def test_each_tenant_gets_a_predictor_account_whose_secret_kserve_reads_as_s3_cr
     account = serving.service_account(tenant)
     assert account["secrets"] == [{"name": serving.S3_SECRET}]
     assert set(secret["stringData"]) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
-    assert secret["stringData"]["AWS_SECRET_ACCESS_KEY"] == f"${{generated:serving/{tenant.name}/secret-access-key}}"
+    assert secret["stringData"]["AWS_SECRET_ACCESS_KEY"] == f"${{generated:object-store/serving-{tenant.name}/g1/secret-key}}"
     assert secret["metadata"]["annotations"] == {
         "serving.kserve.io/s3-endpoint": "s3.object-store.svc.cluster.local:9000",
         "serving.kserve.io/s3-usehttps": "0",

@@ -85,15 +85,30 @@ class ReadOnlyIdentity:
 
     The object-store concern owns identities (it renders the S3 server's identity file or IAM users);
     serving only names the one it needs per tenant and writes the same generated values into the
-    tenant's ``trainyard-serving-s3`` Secret. ``actions`` use SeaweedFS's vocabulary
-    (``Read:<bucket>``, ``List:<bucket>``; weed/s3api/auth_credentials.go).
+    tenant's ``trainyard-serving-s3`` Secret. The shape follows the object-store branch's
+    ``Identity(name, buckets, access, generation)``: name ``serving-<tenant>``, access ``read-only``,
+    generation 1, keys ``object-store/<name>/g<generation>/{access-key,secret-key}``, so that branch can
+    list these among its identities unchanged. ``actions`` are SeaweedFS's (``Read:<bucket>``,
+    ``List:<bucket>``; weed/s3api/auth_credentials.go).
     """
 
     tenant: str
     name: str
     bucket: str
-    access_key_id: GeneratedValue
-    secret_access_key: GeneratedValue
+    generation: int = 1
+    access: str = "read-only"
+
+    @property
+    def buckets(self) -> tuple[str, ...]:
+        return (self.bucket,)
+
+    @property
+    def access_key_id(self) -> GeneratedValue:
+        return GeneratedValue(f"object-store/{self.name}/g{self.generation}/access-key", length=20, alphabet="access-key")
+
+    @property
+    def secret_access_key(self) -> GeneratedValue:
+        return GeneratedValue(f"object-store/{self.name}/g{self.generation}/secret-key", length=40)
 
     @property
     def actions(self) -> tuple[str, ...]:
@@ -111,13 +126,7 @@ def model_bucket(config: PlatformConfig, tenant: Tenant) -> str:
 
 
 def read_only_identity(config: PlatformConfig, tenant: Tenant) -> ReadOnlyIdentity:
-    return ReadOnlyIdentity(
-        tenant=tenant.name,
-        name=f"{tenant.name}-serving",
-        bucket=model_bucket(config, tenant),
-        access_key_id=GeneratedValue(f"serving/{tenant.name}/access-key-id", length=20, alphabet="access-key"),
-        secret_access_key=GeneratedValue(f"serving/{tenant.name}/secret-access-key", length=40),
-    )
+    return ReadOnlyIdentity(tenant=tenant.name, name=f"serving-{tenant.name}", bucket=model_bucket(config, tenant))
 
 
 def read_only_identities(config: PlatformConfig) -> list[ReadOnlyIdentity]:
