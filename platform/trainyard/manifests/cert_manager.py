@@ -22,8 +22,8 @@ from typing import Any
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.concern import Concern
-from trainyard.manifests.installs import COMPONENT_LABEL, ChartRelease, mirrored_image
-from trainyard.manifests.meta import Manifest, metadata
+from trainyard.manifests.installs import ChartRelease, mirrored_image, pinned_chart, system_namespace
+from trainyard.manifests.meta import Manifest
 from trainyard.manifests.network import controller_policies
 
 COMPONENT = "cert-manager"
@@ -52,19 +52,7 @@ def values(config: PlatformConfig) -> dict[str, Any]:
 
 
 def chart_release(config: PlatformConfig) -> ChartRelease:
-    pinned = release_of(config)
-    return ChartRelease(
-        name=COMPONENT, component=COMPONENT, chart=pinned.chart.chart, repo=pinned.chart.repo,
-        version=pinned.chart_version or pinned.version, namespace=pinned.namespace, values=values(config),
-        external=COMPONENT in config.rehearsal.external_controllers,
-    )
-
-
-def namespace(config: PlatformConfig) -> Manifest:
-    from trainyard.manifests.tenants import PSA_LABELS
-
-    return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": metadata(release_of(config).namespace, labels={COMPONENT_LABEL: COMPONENT, **PSA_LABELS})}
+    return pinned_chart(config, release_of(config), COMPONENT, values(config))
 
 
 def build(config: PlatformConfig) -> Concern:
@@ -74,5 +62,5 @@ def build(config: PlatformConfig) -> Concern:
     release = chart_release(config)
     objects: list[Manifest] = []
     if not release.external:
-        objects = [namespace(config), *controller_policies(config, release.namespace, COMPONENT)]
+        objects = [system_namespace(release.namespace, COMPONENT), *controller_policies(config, release.namespace, COMPONENT)]
     return Concern("cert-manager", objects=tuple(objects), releases=(release,))

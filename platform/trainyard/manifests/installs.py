@@ -42,32 +42,38 @@ class ChartRelease:
         return doc
 
 
-def _release(config: PlatformConfig, component: str, values: dict[str, Any]) -> ChartRelease:
-    pinned = catalog.release(component, getattr(config.versions, component))
+def pinned_chart(config: PlatformConfig, pinned: catalog.Release, name: str, values: dict[str, Any]) -> ChartRelease:
+    """The chart of a pinned upstream release, installed as ``name``; external where the rehearsal says so."""
     return ChartRelease(
-        name=component,
-        component=component,
+        name=name,
+        component=name,
         chart=pinned.chart.chart,
         repo=pinned.chart.repo,
         version=pinned.chart_version or pinned.version,
         namespace=pinned.namespace,
         values=values,
-        external=component in config.rehearsal.external_controllers,
+        external=name in config.rehearsal.external_controllers,
     )
+
+
+def _release(config: PlatformConfig, component: str, values: dict[str, Any]) -> ChartRelease:
+    return pinned_chart(config, catalog.release(component, getattr(config.versions, component)), component, values)
 
 
 COMPONENT_LABEL = "trainyard.dev/component"
 
 
-def namespaces(config: PlatformConfig) -> list[Manifest]:
-    """The system namespace of every controller that is installed (not external)."""
+def system_namespace(name: str, component: str) -> Manifest:
+    """A controller's namespace: labelled with its component, Pod Security restricted."""
     from trainyard.manifests.tenants import PSA_LABELS
 
-    return [
-        {"apiVersion": "v1", "kind": "Namespace",
-         "metadata": metadata(r.namespace, labels={COMPONENT_LABEL: r.component, **PSA_LABELS})}
-        for r in releases(config) if not r.external
-    ]
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": metadata(name, labels={COMPONENT_LABEL: component, **PSA_LABELS})}
+
+
+def namespaces(config: PlatformConfig) -> list[Manifest]:
+    """The system namespace of every controller that is installed (not external)."""
+    return [system_namespace(r.namespace, r.component) for r in releases(config) if not r.external]
 
 
 def controller_image(config: PlatformConfig, component: str) -> tuple[str, str, str]:

@@ -56,14 +56,19 @@ def containers_of(runtime: Manifest) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def read_runtime_file(path: Path, directory: str = "runtimes") -> Any:
+    """The parsed YAML of a reviewed runtime file; RuntimeFileError if it is missing or not YAML."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RuntimeFileError(str(path), "(file)", f"approved runtime has no file in the {directory} directory") from None
+    except yaml.YAMLError as exc:
+        raise RuntimeFileError(str(path), "(yaml)", f"not valid YAML: {exc}") from None
+
+
 def load_runtime(path: Path, config: PlatformConfig) -> Manifest:
     shown = str(path)
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RuntimeFileError(shown, "(file)", "approved runtime has no file in the runtimes directory") from None
-    except yaml.YAMLError as exc:
-        raise RuntimeFileError(shown, "(yaml)", f"not valid YAML: {exc}") from None
+    doc = read_runtime_file(path)
     if not isinstance(doc, dict) or doc.get("kind") != "ClusterTrainingRuntime":
         raise RuntimeFileError(shown, "kind", "must be ClusterTrainingRuntime")
     if doc.get("apiVersion") != catalog.TRAINER_API:

@@ -41,15 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig, Tenant
 from trainyard.config.serving import Serving
 from trainyard.manifests import object_store
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.generated import GeneratedValue
-from trainyard.manifests.installs import COMPONENT_LABEL, ChartRelease, mirrored_image
+from trainyard.manifests.installs import ChartRelease, mirrored_image, pinned_chart, system_namespace
 from trainyard.manifests.meta import (
     APPROVED_RUNTIME_LABEL,
     INFERENCE_SERVICE_POD_LABEL,
@@ -59,7 +57,8 @@ from trainyard.manifests.meta import (
     metadata,
 )
 from trainyard.manifests.network import controller_policies, egress_to, namespace_selector, network_policy, tcp_ports
-from trainyard.manifests.runtimes import DIGEST, RuntimeFileError, image_allowed
+from trainyard.manifests.runtimes import DIGEST, RuntimeFileError, image_allowed, read_runtime_file
+from trainyard.manifests.tenants import role_binding_for
 
 COMPONENT = "kserve"
 SERVICE_ACCOUNT = "kserve-predictor"
@@ -194,19 +193,7 @@ def chart_values(config: PlatformConfig) -> dict[str, Any]:
 
 
 def chart_release(config: PlatformConfig) -> ChartRelease:
-    pinned = release_of(config)
-    return ChartRelease(
-        name=COMPONENT, component=COMPONENT, chart=pinned.chart.chart, repo=pinned.chart.repo,
-        version=pinned.chart_version or pinned.version, namespace=pinned.namespace, values=chart_values(config),
-        external=COMPONENT in config.rehearsal.external_controllers,
-    )
-
-
-def namespace(config: PlatformConfig) -> Manifest:
-    from trainyard.manifests.tenants import PSA_LABELS
-
-    return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": metadata(release_of(config).namespace, labels={COMPONENT_LABEL: COMPONENT, **PSA_LABELS})}
+    return pinned_chart(config, release_of(config), COMPONENT, chart_values(config))
 
 
 # ---------------------------------------------------------------- runtimes
@@ -221,13 +208,7 @@ def _runtime_containers(runtime: Manifest) -> list[tuple[str, dict[str, Any]]]:
 def load_serving_runtime(path: Path, config: PlatformConfig) -> Manifest:
     """A reviewed ClusterServingRuntime file; RuntimeFileError names the file, field and reason."""
     shown = str(path)
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RuntimeFileError(shown, "(file)",
-                               "approved serving runtime has no file in the serving runtimes directory") from None
-    except yaml.YAMLError as exc:
-        raise RuntimeFileError(shown, "(yaml)", f"not valid YAML: {exc}") from None
+    doc = read_runtime_file(path, config.serving.runtimes_directory if config.serving else "serving runtimes")
     if not isinstance(doc, dict) or doc.get("kind") != "ClusterServingRuntime":
         raise RuntimeFileError(shown, "kind", "must be ClusterServingRuntime")
     if doc.get("apiVersion") != catalog.KSERVE_RUNTIME_API:
@@ -323,16 +304,6 @@ def role(tenant: Tenant) -> Manifest:
     }
 
 
-def role_binding(tenant: Tenant) -> Manifest:
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": metadata(ROLE, namespace=tenant.namespace_name, labels={TENANT_LABEL: tenant.name}),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in tenant.groups],
-    }
-
-
 PREDICTOR_PODS = {"matchExpressions": [{"key": INFERENCE_SERVICE_POD_LABEL, "operator": "Exists"}]}
 
 
@@ -356,7 +327,7 @@ def predictor_policies(config: PlatformConfig, tenant: Tenant) -> list[Manifest]
 
 
 def tenant_objects(config: PlatformConfig, tenant: Tenant) -> tuple[Manifest, ...]:
-    return (s3_secret(config, tenant), service_account(tenant), role(tenant), role_binding(tenant),
+    return (s3_secret(config, tenant), service_account(tenant), role(tenant), role_binding_for(tenant, ROLE),
             *predictor_policies(config, tenant))
 
 
@@ -367,7 +338,7 @@ def build(config: PlatformConfig, root: Path) -> Concern:
     release = chart_release(config)
     objects: list[Manifest] = []
     if not release.external:
-        objects += [namespace(config), *controller_policies(config, release.namespace, COMPONENT)]
+        objects += [system_namespace(release.namespace, COMPONENT), *controller_policies(config, release.namespace, COMPONENT)]
     objects += serving_runtimes(config, root)
     return Concern("serving", objects=tuple(objects), releases=(release,),
                    tenant_objects={t.name: tenant_objects(config, t) for t in config.tenants})

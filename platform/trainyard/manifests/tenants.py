@@ -56,12 +56,13 @@ def role_for(tenant: Tenant) -> Manifest:
     }
 
 
-def role_binding_for(tenant: Tenant) -> Manifest:
+def role_binding_for(tenant: Tenant, role: str = "trainyard-tenant") -> Manifest:
+    """Binds the tenant's identity-provider groups to ``role`` in its namespace."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": metadata("trainyard-tenant", namespace=tenant.namespace_name, labels={TENANT_LABEL: tenant.name}),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "trainyard-tenant"},
+        "metadata": metadata(role, namespace=tenant.namespace_name, labels={TENANT_LABEL: tenant.name}),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in tenant.groups],
     }
 
