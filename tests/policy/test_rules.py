@@ -61,6 +61,15 @@ def _crd(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 SECURE = {"allowPrivilegeEscalation": False, "runAsNonRoot": True}
+def isvc(runtime: str = "vllm-openai", uri: str = f"s3://{TENANT_NS}-models/mlflow/1/run/artifacts/model",
+         labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """An InferenceService in the tenant namespace; the defaults pass every serving rule."""
+    return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+            "metadata": {"name": "chat", "namespace": TENANT_NS,
+                         "labels": {"networking.kserve.io/visibility": "cluster-local"} if labels is None else labels},
+            "spec": {"predictor": {"model": {"modelFormat": {"name": "vLLM"}, "runtime": runtime, "storageUri": uri}}}}
+
+
 CASES: dict[str, Case] = {
     "image-approved-registry": lambda _: ([pod(container(image="docker.io/library/python@sha256:" + "b" * 64))], [pod()]),
     "image-pinned-digest": lambda _: ([pod(container(image="registry.trainyard.internal/pytorch/pytorch:2.7"))], [pod()]),
@@ -84,6 +93,14 @@ CASES: dict[str, Case] = {
     "trainjob-queue-label": lambda objs: ([*objs, trainjob({PRIORITY_CLASS_LABEL: "standard"})], [*objs, trainjob()]),
     "trainjob-priority-class": lambda _: ([trainjob({QUEUE_NAME_LABEL: "default", PRIORITY_CLASS_LABEL: "critical"})],
                                           [trainjob()]),
+    "isvc-approved-runtime": lambda _: ([isvc(runtime="kserve-vllmserver")], [isvc()]),
+    "isvc-own-model-bucket": lambda _: ([isvc(uri="s3://search-ranking-models/m/1")], [isvc()]),
+    "isvc-no-public-exposure": lambda _: ([isvc(labels={})], [isvc()]),
+    "serving-runtime-allowed": lambda _: (
+        [{"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime",
+          "metadata": {"name": "vllm-openai", "namespace": TENANT_NS}, "spec": {}}],
+        [{"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime",
+          "metadata": {"name": "vllm-openai", "namespace": "platform-sandbox"}, "spec": {}}]),
     "training-runtime-allowed": lambda _: (
         [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
           "metadata": {"name": "mine", "namespace": TENANT_NS}, "spec": {}}],
