@@ -16,17 +16,19 @@ import argparse
 import json
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from trainyard.cli import EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
 from trainyard.manifests.meta import Manifest
-from trainyard.policy.crossguard import policy_config
-from trainyard.policy.engine import disabled_rules, evaluate
-from trainyard.policy.model import Finding
-from trainyard.policy.rules import RULES
 from trainyard.project import open_stack
+
+if TYPE_CHECKING:
+    from trainyard.policy.model import Finding
+
+# The rules are imported by the commands that run them: every `trainyard` command registers
+# these subcommands, and start-up time is most of a render.
 
 # Kinds without a namespace; --namespace is not applied to them.
 CLUSTER_SCOPED = frozenset({
@@ -85,6 +87,9 @@ def format_table(findings: list[Finding]) -> str:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from trainyard.policy.engine import disabled_rules, evaluate
+    from trainyard.policy.rules import RULES
+
     stack = open_stack(args.stack)
     extra = load_manifests(args.files, args.namespace)
     rendered = stack.render()
@@ -100,6 +105,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_policy_config(args: argparse.Namespace) -> int:
+    from trainyard.policy.crossguard import policy_config
+
     stack = open_stack(args.stack)
     print(json.dumps(policy_config(stack.config), indent=2, sort_keys=True))
     return EXIT_OK

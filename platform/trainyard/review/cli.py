@@ -10,19 +10,23 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainyard.cli import EXIT_OK, EXTRA_COMMANDS, UsageError
-from trainyard.config.load import project_root
-from trainyard.review.diff import Review, review_against_revision, review_against_stack, review_to_dict
-from trainyard.review.markdown import to_markdown, to_text
-from trainyard.review.policy_delta import default_evaluator
-from trainyard.review.preview_comment import PreviewFormatError, load_preview, preview_review
-from trainyard.review.revision import RevisionError
+
+if TYPE_CHECKING:
+    from trainyard.review.diff import Review
+
+# The review modules are imported by the commands that use them: every `trainyard` command
+# registers these subcommands, and most never run them (start-up time is most of a render).
 
 FORMATS = ("markdown", "text", "json")
 
 
 def format_review(review: Review, fmt: str) -> str:
+    from trainyard.review.diff import review_to_dict
+    from trainyard.review.markdown import to_markdown, to_text
+
     if fmt == "json":
         return json.dumps(review_to_dict(review), indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
     if fmt == "text":
@@ -38,6 +42,11 @@ def _emit(text: str, out: str | None) -> None:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
+    from trainyard.config.load import project_root
+    from trainyard.review.diff import review_against_revision, review_against_stack
+    from trainyard.review.policy_delta import default_evaluator
+    from trainyard.review.revision import RevisionError
+
     evaluator = None if args.no_policy else default_evaluator()
     root = project_root()
     try:
@@ -52,6 +61,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_preview_comment(args: argparse.Namespace) -> int:
+    from trainyard.review.preview_comment import PreviewFormatError, load_preview, preview_review
+
     try:
         preview = load_preview(Path(args.file), Path(args.events) if args.events else None)
     except PreviewFormatError as exc:
