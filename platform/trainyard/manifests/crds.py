@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 
 from trainyard import catalog
-from trainyard.derived_cache import derived_text
 from trainyard.config.model import PlatformConfig
+from trainyard.derived_cache import derived_text
 from trainyard.manifests.meta import Manifest
 
 SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
