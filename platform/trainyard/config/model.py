@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from fractions import Fraction
+from pathlib import PurePosixPath
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -30,6 +31,17 @@ _LABEL_KEY = re.compile(
 )
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(h|m|s|ms))+$")
+# A registry host (with an optional port) and at least the '/' that ends it.
+_IMAGE_PREFIX = re.compile(r"^(?P<host>[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]{1,5})?)/(?P<path>([a-z0-9]([-a-z0-9._]*[a-z0-9])?/)*)$")
+# Registries anyone can push to: the host alone approves every image of every user.
+# Ref: https://docs.docker.com/reference/cli/docker/image/pull/ (docker.io is the default registry)
+PUBLIC_REGISTRIES = frozenset({
+    "docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com", "ghcr.io", "quay.io", "gcr.io",
+    "nvcr.io", "registry.k8s.io", "k8s.gcr.io", "public.ecr.aws", "mcr.microsoft.com", "registry.gitlab.com",
+})
+# Kubernetes API integer fields (int32): priorities, thresholds, counts that become object fields.
+# Ref: kueue CRDs (workloadpriorityclasses value, clusterqueues maxPriorityThreshold: format int32)
+INT32_MAX = 2**31 - 1
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
@@ -44,9 +56,10 @@ def _dns_label(value: str) -> str:
 
 
 def _label_key(value: str) -> str:
-    name = value.rsplit("/", 1)[-1]
-    if len(name) > 63 or len(value) > 317 or not _LABEL_KEY.match(value):
-        raise ValueError(f"{value!r} is not a valid label key (optional DNS prefix '/', then a name of at most 63)")
+    prefix, _, name = value.rpartition("/")
+    if len(name) > 63 or len(prefix) > 253 or not _LABEL_KEY.match(value):
+        raise ValueError(f"{value!r} is not a valid label key (optional DNS prefix of at most 253 and '/', "
+                         "then a name of at most 63)")
     return value
 
 
@@ -57,7 +70,37 @@ def _label_value(value: str) -> str:
 
 
 def _quantity(value: int | str) -> int | str:
-    parse_quantity(value)
+    # Kubernetes keeps quantities as scaled int64; Kueue reads them as int64 (Value/MilliValue).
+    if parse_quantity(value) > 2**63 - 1:
+        raise ValueError(f"{value!r} is out of range for a Kubernetes quantity (at most 2^63-1)")
+    return value
+
+
+def _project_relative(value: str) -> str:
+    parts = PurePosixPath(value).parts
+    if not value or value.startswith("/") or ".." in parts or "\\" in value:
+        raise ValueError(f"{value!r} must be a directory inside the project (relative, no '..'): "
+                         "runtimes are reviewed with the stack")
+    return value
+
+
+def _image_prefix(value: str) -> str:
+    """An approved-registry or mirror prefix: a registry host, '/', then whole path segments."""
+    if any(ch in value for ch in "*?[]"):
+        raise ValueError(f"{value!r}: image prefixes are matched literally (startsWith); wildcards never match")
+    match = _IMAGE_PREFIX.match(value)
+    if not match:
+        raise ValueError(
+            f"{value!r} is not an image prefix: a registry host, '/', then optional path segments each ending in '/' "
+            "(e.g. 'registry.example.com/ml/'); without the final '/' it would also match "
+            f"'{value}-evil/...' or '{value}.evil.io/...'"
+        )
+    host = match["host"]
+    if "." not in host and ":" not in host and host != "localhost":
+        raise ValueError(f"{value!r}: {host!r} is not a registry host (a Docker Hub namespace would be docker.io/{host}/)")
+    if host.split(":")[0] in PUBLIC_REGISTRIES and not match["path"]:
+        raise ValueError(f"{value!r} approves every image anyone pushes to the public registry {host}; "
+                         "name the organisation's path (e.g. 'nvcr.io/nvidia/')")
     return value
 
 
@@ -73,6 +116,15 @@ LabelValue = Annotated[str, AfterValidator(_label_value)]
 Quantity = Annotated[int | str, AfterValidator(_quantity)]
 Duration = Annotated[str, AfterValidator(_duration)]
 Labels = dict[LabelKey, LabelValue]
+Int32 = Annotated[int, Field(ge=-INT32_MAX - 1, le=INT32_MAX)]
+Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
+ImagePrefix = Annotated[str, AfterValidator(_image_prefix)]
+# Free text that lands in an object (e.g. WorkloadPriorityClass.description, maxLength 2048 in the CRD).
+Text = Annotated[str, Field(max_length=2048)]
+# Identity-provider group bound by RoleBindings. 'system:' groups are Kubernetes' own (system:authenticated
+# is every user, system:masters is cluster-admin): binding a tenant role to one hands the tenant to all of them.
+# Ref: https://kubernetes.io/docs/reference/access-authn-authz/rbac/#referring-to-subjects
+Group = Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^\S(.*\S)?$")]
 
 
 class Model(BaseModel):
@@ -85,9 +137,10 @@ class ClusterAccess(Model):
     """How Pulumi reaches the cluster. An explicit provider is always used; there is no default provider."""
 
     name: Name = Field(description="Cluster identifier; appears in labels and review output.")
-    context: str = Field(description="kubeconfig context the Kubernetes provider uses.")
+    # An empty context would be the kubeconfig's current context: whatever cluster the shell points at.
+    context: str = Field(min_length=1, description="kubeconfig context the Kubernetes provider uses.")
     kubeconfig: str | None = Field(
-        default=None,
+        default=None, min_length=1,
         description="Path to a kubeconfig file; unset means the provider's usual lookup (KUBECONFIG, ~/.kube/config).",
     )
 
@@ -141,14 +194,15 @@ class GpuPool(Model):
     """A set of identical GPU nodes. Each pool becomes one Kueue ResourceFlavor."""
 
     name: Name = Field(description="Pool name; also the ResourceFlavor name.")
-    gpu_product: str = Field(description="GPU product, as the GPU feature discovery label reports it.")
-    gpus_per_node: int = Field(gt=0, description="Allocatable nvidia.com/gpu per node.")
-    nodes: int = Field(gt=0, description="Number of nodes; physical GPUs = nodes x gpus_per_node.")
+    gpu_product: LabelValue = Field(min_length=1, description="GPU product, as the GPU feature discovery label reports it.")
+    gpus_per_node: int = Field(gt=0, le=INT32_MAX, description="Allocatable nvidia.com/gpu per node.")
+    nodes: int = Field(gt=0, le=INT32_MAX, description="Number of nodes; physical GPUs = nodes x gpus_per_node.")
     cpu_per_node: Quantity = Field(description="Allocatable CPU per node.")
     memory_per_node: Quantity = Field(description="Allocatable memory per node.")
-    node_labels: Labels = Field(description="Labels that select exactly this pool's nodes.")
+    # Ref: ResourceFlavor CRD spec.nodeLabels maxProperties 8, spec.tolerations maxItems 8.
+    node_labels: Labels = Field(max_length=8, description="Labels that select exactly this pool's nodes.")
     taints: tuple[Taint, ...] = Field(
-        default=(), description="Taints of the pool's nodes; the flavor tolerates them for admitted pods.")
+        default=(), max_length=8, description="Taints of the pool's nodes; the flavor tolerates them for admitted pods.")
     topology_labels: tuple[LabelKey, ...] = Field(
         default=(),
         description=f"Topology label keys the pool's nodes carry (e.g. block, rack); {HOSTNAME_LABEL} is implied.",
@@ -163,7 +217,16 @@ class GpuPool(Model):
     def _selects_nodes(self) -> GpuPool:
         if not self.node_labels:
             raise ValueError("node_labels must select the pool's nodes (at least one label)")
+        if self.fake:
+            # Fake nodes are named <pool>-<index>, and that name is their hostname label value (at most 63).
+            longest = f"{self.name}-{self.nodes - 1}"
+            if self.nodes > MAX_FAKE_NODES or len(longest) > 63:
+                raise FieldError(("nodes",), f"a fake pool has at most {MAX_FAKE_NODES} nodes, named <pool>-<index> "
+                                             f"in at most 63 characters ({longest!r})")
         return self
+
+
+MAX_FAKE_NODES = 10_000
 
 
 class TopologyLevel(Model):
@@ -178,7 +241,7 @@ class Topology(Model):
     """
 
     name: Name = Field(default="default", description="Name of the Kueue Topology object.")
-    levels: tuple[TopologyLevel, ...] = Field(min_length=1, description="Levels, widest first; kubernetes.io/hostname only last.")
+    levels: tuple[TopologyLevel, ...] = Field(min_length=1, max_length=16, description="Levels, widest first; kubernetes.io/hostname only last.")
 
     @model_validator(mode="after")
     def _levels(self) -> Topology:
@@ -197,9 +260,9 @@ class Requeuing(Model):
 
     timestamp: Literal["Eviction", "Creation"] = Field(default="Eviction", description="Requeue ordering timestamp.")
     backoff_limit_count: int | None = Field(
-        default=5, ge=0, description="Requeues before the workload is deactivated; null = forever.")
-    backoff_base_seconds: int = Field(default=60, gt=0, description="Base of the exponential requeue backoff.")
-    backoff_max_seconds: int = Field(default=3600, gt=0, description="Longest requeue backoff.")
+        default=5, ge=0, le=INT32_MAX, description="Requeues before the workload is deactivated; null = forever.")
+    backoff_base_seconds: int = Field(default=60, gt=0, le=INT32_MAX, description="Base of the exponential requeue backoff.")
+    backoff_max_seconds: int = Field(default=3600, gt=0, le=INT32_MAX, description="Longest requeue backoff.")
 
 
 class WaitForPodsReady(Model):
@@ -220,7 +283,7 @@ class FairSharing(Model):
 
 class BorrowWithinCohort(Model):
     policy: Literal["Never", "LowerPriority"] = Field(default="LowerPriority", description="Preempt to borrow within the cohort.")
-    max_priority_threshold: int | None = Field(default=None, description="Only preempt workloads at or below this priority.")
+    max_priority_threshold: Int32 | None = Field(default=None, description="Only preempt workloads at or below this priority.")
 
 
 class Preemption(Model):
@@ -253,8 +316,8 @@ class KueueSettings(Model):
 
 class PriorityClass(Model):
     name: Name = Field(description="WorkloadPriorityClass name; TrainJobs select it with kueue.x-k8s.io/priority-class.")
-    value: int = Field(description="Higher runs first and may preempt lower.")
-    description: str = Field(default="", description="Shown to tenants.")
+    value: Int32 = Field(description="Higher runs first and may preempt lower.")
+    description: Text = Field(default="", description="Shown to tenants.")
 
 
 class Cohort(Model):
@@ -267,9 +330,9 @@ class FlavorQuota(Model):
     """A tenant's quota on one GPU flavor. CPU and memory default to the GPU share of a node."""
 
     flavor: Name = Field(description="GPU pool (ResourceFlavor) name.")
-    gpus: int = Field(ge=0, description="Nominal GPU quota.")
-    borrowing_limit: int | None = Field(default=None, ge=0, description="GPUs above nominal it may borrow; unset = no limit.")
-    lending_limit: int | None = Field(default=None, ge=0, description="GPUs of its nominal it may lend; unset = all.")
+    gpus: Count = Field(description="Nominal GPU quota.")
+    borrowing_limit: Count | None = Field(default=None, description="GPUs above nominal it may borrow; unset = no limit.")
+    lending_limit: Count | None = Field(default=None, description="GPUs of its nominal it may lend; unset = all.")
     cpu: Quantity | None = Field(default=None, description="Nominal CPU; default: the GPU share of the pool's node CPU.")
     memory: Quantity | None = Field(default=None, description="Nominal memory; default: the GPU share of node memory.")
 
@@ -282,7 +345,7 @@ class FlavorQuota(Model):
 
 class StorageQuota(Model):
     requests: Quantity = Field(default="1Ti", description="Total PVC storage requests in the namespace.")
-    persistent_volume_claims: int = Field(default=20, ge=0, description="Number of PVCs in the namespace.")
+    persistent_volume_claims: Count = Field(default=20, description="Number of PVCs in the namespace.")
 
 
 class Tenant(Model):
@@ -291,13 +354,14 @@ class Tenant(Model):
     name: Name = Field(description="Tenant name; also its ClusterQueue's name.")
     namespace: Name | None = Field(default=None, description="Defaults to the tenant name.")
     cohort: Name | None = Field(default=None, description="Cohort to borrow from and lend to; none = isolated quota.")
-    quotas: tuple[FlavorQuota, ...] = Field(min_length=1, description="Quota per GPU flavor.")
+    # Ref: ClusterQueue CRD spec.resourceGroups[].flavors maxItems 16.
+    quotas: tuple[FlavorQuota, ...] = Field(min_length=1, max_length=16, description="Quota per GPU flavor.")
     fair_share_weight: Quantity | None = Field(default=None, description="Share within the cohort under fair sharing.")
     priority_classes: tuple[Name, ...] = Field(default=(), description="Allowed WorkloadPriorityClasses.")
     default_priority_class: Name | None = Field(default=None, description="Documented default for the tenant's jobs.")
-    groups: tuple[str, ...] = Field(default=(), description="Identity-provider groups bound to the tenant role.")
+    groups: tuple[Group, ...] = Field(default=(), description="Identity-provider groups bound to the tenant role.")
     storage: StorageQuota = Field(default=StorageQuota(), description="Storage part of the namespace ResourceQuota.")
-    max_trainjobs: int = Field(default=50, ge=0, description="ResourceQuota on TrainJob objects in the namespace.")
+    max_trainjobs: Count = Field(default=50, description="ResourceQuota on TrainJob objects in the namespace.")
 
     @property
     def namespace_name(self) -> str:
@@ -311,6 +375,11 @@ class Tenant(Model):
             raise ValueError(f"quotas repeat flavors: {', '.join(dupes)}")
         if self.default_priority_class and self.default_priority_class not in self.priority_classes:
             raise ValueError("default_priority_class must be one of priority_classes")
+        for i, group in enumerate(self.groups):
+            if group.startswith("system:"):
+                raise FieldError(("groups", i), f"{group!r} is a Kubernetes system group (system:authenticated is every "
+                                                "user); bind identity-provider groups only")
+        _unique("groups", list(self.groups))
         return self
 
 
@@ -325,9 +394,9 @@ class TopologyRequest(Model):
 class Runtimes(Model):
     """The approved ClusterTrainingRuntimes and where their images may come from."""
 
-    directory: str = Field(default="runtimes", description="Directory of reviewed runtime YAML, relative to the project.")
+    directory: Annotated[str, AfterValidator(_project_relative)] = Field(default="runtimes", description="Directory of reviewed runtime YAML, relative to the project.")
     approved: tuple[Name, ...] = Field(min_length=1, description="Runtime names (file stems) to install.")
-    approved_registries: tuple[str, ...] = Field(
+    approved_registries: tuple[ImagePrefix, ...] = Field(
         min_length=1, description="Image prefixes allowed in runtimes and tenant workloads (e.g. 'registry.example.com/ml/')."
     )
     topology: TopologyRequest | None = Field(default=None, description="Topology annotation added to the runtimes' GPU pods.")
@@ -336,7 +405,7 @@ class Runtimes(Model):
 class Images(Model):
     """Where the controller images come from."""
 
-    registry_mirror: str | None = Field(
+    registry_mirror: ImagePrefix | None = Field(
         default=None,
         description="Prefix of the platform's image mirror (e.g. 'registry.example.com/mirror/'); controller images "
         "are pulled as <mirror><upstream repository>. Unset: the upstream registries.",
