@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ STACKS_DIR = "stacks"
 MAX_DEPTH = 32
 MAX_EXPANDED_NODES = 200_000
 MAX_STACK_BYTES = 16 * 2**20
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+YamlLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def parse_yaml(text: str, file: str) -> tuple[Any, yaml.Node | None]:
     refer to themselves or expand beyond reason, nesting deeper than any stack needs, and values
     JSON cannot carry (dates, binary, non-string keys, NaN), which is what Pulumi hands over.
     """
-    loader = _Loader(text)
+    loader = YamlLoader(text)
     try:
         node = loader.get_single_node()
         if node is not None:
@@ -110,27 +111,33 @@ def parse_yaml(text: str, file: str) -> tuple[Any, yaml.Node | None]:
 
 
 def _check_nodes(root: yaml.Node, file: str) -> None:
-    """Duplicate keys, cycles, depth and expanded size of the node graph (aliases share nodes)."""
+    problem = yaml_shape_problem(root)
+    if problem is not None:
+        raise ConfigError(file, [problem])
+
+
+def yaml_shape_problem(root: yaml.Node, max_depth: int = MAX_DEPTH) -> Problem | None:
+    """Duplicate keys, cycles, depth and expanded size of a node graph (aliases share nodes), as a Problem."""
     expanded: dict[int, int] = {}
     for node, depth, state in _walk(root):
-        if depth > MAX_DEPTH:
-            raise ConfigError(file, [Problem("(yaml)", f"nested deeper than {MAX_DEPTH} levels", node.start_mark.line + 1)])
+        line = node.start_mark.line + 1
+        if depth > max_depth:
+            return Problem("(yaml)", f"nested deeper than {max_depth} levels", line)
         if state == "cycle":
-            raise ConfigError(file, [Problem("(yaml)", "an alias refers to the node that contains it",
-                                             node.start_mark.line + 1)])
+            return Problem("(yaml)", "an alias refers to the node that contains it", line)
         if state == "leave":
             expanded[id(node)] = 1 + sum(expanded[id(child)] for child in _children(node))
             if expanded[id(node)] > MAX_EXPANDED_NODES:
-                raise ConfigError(file, [Problem("(yaml)", f"expands to more than {MAX_EXPANDED_NODES} values "
-                                                 "(anchors and aliases)", node.start_mark.line + 1)])
+                return Problem("(yaml)", f"expands to more than {MAX_EXPANDED_NODES} values (anchors and aliases)", line)
         if state == "enter" and isinstance(node, yaml.MappingNode):
             seen: set[str] = set()
             for key, _ in node.value:
                 if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
                     if key.value in seen:
-                        raise ConfigError(file, [Problem("(yaml)", f"duplicate key {key.value!r} (YAML would keep "
-                                                         "only the last one)", key.start_mark.line + 1)])
+                        return Problem("(yaml)", f"duplicate key {key.value!r} (YAML would keep only the last one)",
+                                       key.start_mark.line + 1)
                     seen.add(key.value)
+    return None
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -239,10 +246,17 @@ def _is_union_tag(part: str | int) -> bool:
     return isinstance(part, str) and (part in {"int", "str"} or part.startswith("function-"))
 
 
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][-A-Za-z0-9_]*$")
+
+
 def _format_path(loc: tuple[str | int, ...]) -> str:
     out = CONFIG_KEY
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            # A key that is not a plain name (empty, spaces, tabs, a label key) is shown quoted.
+            out += f".{part}" if _PLAIN_KEY.match(part) else f"[{json.dumps(part)}]"
     return out
 
 

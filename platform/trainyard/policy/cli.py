@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from trainyard.cli import EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
+from trainyard.config.load import YamlLoader, yaml_shape_problem
 from trainyard.manifests.meta import Manifest
 from trainyard.project import open_stack
 
@@ -38,6 +40,8 @@ CLUSTER_SCOPED = frozenset({
     "Topology", "WorkloadPriorityClass", "ClusterTrainingRuntime", "AdmissionCheck",
 })
 WRAP = {"message": 64, "hint": 56}
+# Deeper than any manifest (a CRD's schema nests ~40 levels), shallow enough for recursive rules.
+MAX_MANIFEST_DEPTH = 120
 COLUMNS = ("rule", "severity", "object", "message", "hint")
 
 
@@ -46,30 +50,75 @@ def load_manifests(files: list[str], namespace: str | None = None) -> list[Manif
     out: list[Manifest] = []
     for file in files:
         try:
-            docs = list(yaml.safe_load_all(Path(file).read_text(encoding="utf-8")))
+            docs = _documents(Path(file).read_bytes().decode("utf-8"), file)
         except OSError as exc:
-            raise UsageError(f"{file}: cannot read: {exc.strerror}") from None
+            raise UsageError(f"{file}: (file): cannot read: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{file}: (file): not UTF-8 text (byte {exc.start})") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"{file}:{mark.line + 1}" if mark is not None else file
-            raise UsageError(f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+            raise UsageError(f"{where}: (yaml): not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+        except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4300 digits
+            raise UsageError(f"{file}: (yaml): not valid YAML: {exc}") from None
         for index, doc in enumerate(d for d in docs if d is not None):
             out.append(_manifest(doc, f"{file} (document {index + 1})", namespace))
     return out
 
 
+def _documents(text: str, file: str) -> list[Any]:
+    """Every document of a multi-document YAML text, refusing what a manifest cannot be (see parse_yaml)."""
+    loader = YamlLoader(text)
+    docs = []
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            problem = yaml_shape_problem(node, max_depth=MAX_MANIFEST_DEPTH)
+            if problem is not None:
+                raise UsageError(problem.render(file))
+            docs.append(loader.construct_document(node))
+    finally:
+        loader.dispose()
+    return docs
+
+
 def _manifest(doc: Any, where: str, namespace: str | None) -> Manifest:
     if not isinstance(doc, dict):
-        raise UsageError(f"{where}: a manifest is a mapping with apiVersion, kind and metadata")
+        raise UsageError(f"{where}: (document): a manifest is a mapping with apiVersion, kind and metadata")
     for field in ("apiVersion", "kind"):
         if not isinstance(doc.get(field), str) or not doc[field]:
             raise UsageError(f"{where}: {field}: required field is missing")
     meta = doc.get("metadata")
-    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
         raise UsageError(f"{where}: metadata.name: required field is missing")
+    if meta.get("namespace") is not None and not isinstance(meta["namespace"], str):
+        raise UsageError(f"{where}: metadata.namespace: must be a string")
+    # The rules read manifests as the API server would accept them: JSON data, string keys.
+    problem = _non_json_value(doc)
+    if problem:
+        raise UsageError(f"{where}: {problem[0] or '(document)'}: {problem[1]}")
     if namespace and doc["kind"] not in CLUSTER_SCOPED and not meta.get("namespace"):
         meta["namespace"] = namespace
     return doc
+
+
+def _non_json_value(doc: Any) -> tuple[str, str] | None:
+    """(field path, reason) of the first value the API server could not receive as JSON, if any."""
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    return f"{path}[{key!r}]".lstrip("."), "keys are strings"
+                stack.append((f"{path}.{key}", item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            return path.lstrip("."), f"{value} is not a number"
+        elif not (value is None or isinstance(value, str | int | float | bool)):
+            return path.lstrip("."), f"a {type(value).__name__} value (YAML tag) is not JSON"
+    return None
 
 
 def format_table(findings: list[Finding]) -> str:

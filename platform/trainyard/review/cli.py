@@ -36,7 +36,10 @@ def format_review(review: Review, fmt: str) -> str:
 
 def _emit(text: str, out: str | None) -> None:
     if out:
-        Path(out).write_text(text, encoding="utf-8")
+        try:
+            Path(out).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"{out}: --out: cannot write: {exc.strerror}") from None
     else:
         print(text, end="")
 
@@ -67,7 +70,13 @@ def _cmd_preview_comment(args: argparse.Namespace) -> int:
         preview = load_preview(Path(args.file), Path(args.events) if args.events else None)
     except PreviewFormatError as exc:
         raise UsageError(str(exc)) from None
-    _emit(format_review(preview_review(preview), args.format), args.out)
+    try:
+        review = preview_review(preview)
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError, RecursionError) as exc:
+        # Values of the wrong type deep in a resource's state (see preview_comment._read_checked).
+        raise UsageError(f"{args.file}: (document): not the shape of a Pulumi preview ({type(exc).__name__}: "
+                         f"{str(exc)[:200]})") from None
+    _emit(format_review(review, args.format), args.out)
     return EXIT_OK
 
 
