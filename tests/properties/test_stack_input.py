@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,12 +88,11 @@ SCHEMA_PATHS = schema_paths()
 
 def container_at(doc: Any, path: Path_) -> Any:
     for part in path:
-        if isinstance(doc, dict) and isinstance(part, str) and part in doc:
-            doc = doc[part]
-        elif isinstance(doc, list) and isinstance(part, int) and part < len(doc):
-            doc = doc[part]
-        else:
+        in_dict = isinstance(doc, dict) and isinstance(part, str) and part in doc
+        in_list = isinstance(doc, list) and isinstance(part, int) and part < len(doc)
+        if not (in_dict or in_list):
             return None
+        doc = doc[part]
     return doc
 
 
@@ -160,42 +159,34 @@ def _bomb(levels: int) -> str:
     return "\n".join(lines)
 
 
-TEXT_EDITS = ["tab", "bytes", "truncate", "two-documents", "duplicate-line", "undefined-alias", "self-alias",
-              "bomb", "deep", "directive", "bom", "crlf"]
-
-
 @st.composite
 def mutated_texts(draw: st.DrawFn) -> str | bytes:
     text = (ROOT / "stacks" / f"Pulumi.{draw(st.sampled_from(STACKS))}.yaml").read_text()
-    edit = draw(st.sampled_from(TEXT_EDITS))
     at = draw(st.integers(min_value=0, max_value=len(text)))
     lines = text.splitlines(keepends=True)
     line = draw(st.integers(min_value=0, max_value=len(lines) - 1))
-    if edit == "tab":
-        return text[:at] + "\t" + text[at:]
-    if edit == "bytes":
-        return text[:at].encode() + draw(st.binary(min_size=1, max_size=8)) + text[at:].encode()
-    if edit == "truncate":
-        return text[:at]
-    if edit == "two-documents":
-        return text + "---\n" + text
-    if edit == "duplicate-line":
-        return "".join(lines[:line + 1] + lines[line:])
-    if edit == "undefined-alias":
-        return text.replace("gpus_per_node: 8", "gpus_per_node: *nowhere", 1)
-    if edit == "self-alias":
-        return text.replace("    gpu_pools:\n", "    gpu_pools: &pools\n      - *pools\n", 1)
-    if edit == "bomb":
-        bomb = _bomb(draw(st.integers(min_value=2, max_value=9))).replace("\n", "\n    ")
-        return text.replace("    environment:", f"    {bomb}\n    environment:", 1)
-    if edit == "deep":
-        depth = draw(st.integers(min_value=10, max_value=2000))
-        return text.replace("    cohorts:", "    cohorts: " + "[" * depth + "]" * depth + "\n    x_cohorts:", 1)
-    if edit == "directive":
-        return "%YAML 1.1\n---\n" + text
-    if edit == "bom":
-        return "\ufeff" + text
-    return text.replace("\n", "\r\n")
+    edits: dict[str, Callable[[], str | bytes]] = {
+        "tab": lambda: text[:at] + "\t" + text[at:],
+        "bytes": lambda: text[:at].encode() + draw(st.binary(min_size=1, max_size=8)) + text[at:].encode(),
+        "truncate": lambda: text[:at],
+        "two-documents": lambda: text + "---\n" + text,
+        "duplicate-line": lambda: "".join(lines[:line + 1] + lines[line:]),
+        "undefined-alias": lambda: text.replace("gpus_per_node: 8", "gpus_per_node: *nowhere", 1),
+        "self-alias": lambda: text.replace("    gpu_pools:\n", "    gpu_pools: &pools\n      - *pools\n", 1),
+        "bomb": lambda: text.replace(
+            "    environment:", "    " + _bomb(draw(st.integers(min_value=2, max_value=9))).replace("\n", "\n    ")
+            + "\n    environment:", 1),
+        "deep": lambda: text.replace("    cohorts:", "    cohorts: " + _nested(draw(st.integers(10, 2000)))
+                                     + "\n    x_cohorts:", 1),
+        "directive": lambda: "%YAML 1.1\n---\n" + text,
+        "bom": lambda: "\ufeff" + text,
+        "crlf": lambda: text.replace("\n", "\r\n"),
+    }
+    return edits[draw(st.sampled_from(sorted(edits)))]()
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
 
 
 @needs_crds

@@ -32,7 +32,9 @@ _LABEL_KEY = re.compile(
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(h|m|s|ms))+$")
 # A registry host (with an optional port) and at least the '/' that ends it.
-_IMAGE_PREFIX = re.compile(r"^(?P<host>[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]{1,5})?)/(?P<path>([a-z0-9]([-a-z0-9._]*[a-z0-9])?/)*)$")
+_IMAGE_PREFIX = re.compile(
+    r"^(?P<host>[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]{1,5})?)/(?P<path>([a-z0-9]([-a-z0-9._]*[a-z0-9])?/)*)$"
+)
 # Registries anyone can push to: the host alone approves every image of every user.
 # Ref: https://docs.docker.com/reference/cli/docker/image/pull/ (docker.io is the default registry)
 PUBLIC_REGISTRIES = frozenset({
@@ -119,6 +121,7 @@ Labels = dict[LabelKey, LabelValue]
 Int32 = Annotated[int, Field(ge=-INT32_MAX - 1, le=INT32_MAX)]
 Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
 ImagePrefix = Annotated[str, AfterValidator(_image_prefix)]
+ProjectPath = Annotated[str, AfterValidator(_project_relative)]
 # Free text that lands in an object (e.g. WorkloadPriorityClass.description, maxLength 2048 in the CRD).
 Text = Annotated[str, Field(max_length=2048)]
 # Identity-provider group bound by RoleBindings. 'system:' groups are Kubernetes' own (system:authenticated
@@ -219,10 +222,13 @@ class GpuPool(Model):
             raise ValueError("node_labels must select the pool's nodes (at least one label)")
         if self.fake:
             # Fake nodes are named <pool>-<index>, and that name is their hostname label value (at most 63).
-            longest = f"{self.name}-{self.nodes - 1}"
+            # Their topology labels are <pool>-<key suffix>-<domain index> (manifests/rehearsal.py).
+            values = [f"{self.name}-{self.nodes - 1}"] + [
+                f"{self.name}-{key.rsplit('/', 1)[-1].rsplit('-', 1)[-1]}-{self.nodes - 1}" for key in self.topology_labels]
+            longest = max(values, key=len)
             if self.nodes > MAX_FAKE_NODES or len(longest) > 63:
-                raise FieldError(("nodes",), f"a fake pool has at most {MAX_FAKE_NODES} nodes, named <pool>-<index> "
-                                             f"in at most 63 characters ({longest!r})")
+                raise FieldError(("nodes",), f"a fake pool has at most {MAX_FAKE_NODES} nodes, whose names and "
+                                             f"topology label values fit in 63 characters ({longest!r})")
         return self
 
 
@@ -241,7 +247,9 @@ class Topology(Model):
     """
 
     name: Name = Field(default="default", description="Name of the Kueue Topology object.")
-    levels: tuple[TopologyLevel, ...] = Field(min_length=1, max_length=16, description="Levels, widest first; kubernetes.io/hostname only last.")
+    # Ref: Topology CRD spec.levels maxItems 16.
+    levels: tuple[TopologyLevel, ...] = Field(
+        min_length=1, max_length=16, description="Levels, widest first; kubernetes.io/hostname only last.")
 
     @model_validator(mode="after")
     def _levels(self) -> Topology:
@@ -394,7 +402,7 @@ class TopologyRequest(Model):
 class Runtimes(Model):
     """The approved ClusterTrainingRuntimes and where their images may come from."""
 
-    directory: Annotated[str, AfterValidator(_project_relative)] = Field(default="runtimes", description="Directory of reviewed runtime YAML, relative to the project.")
+    directory: ProjectPath = Field(default="runtimes", description="Directory of reviewed runtime YAML, relative to the project.")
     approved: tuple[Name, ...] = Field(min_length=1, description="Runtime names (file stems) to install.")
     approved_registries: tuple[ImagePrefix, ...] = Field(
         min_length=1, description="Image prefixes allowed in runtimes and tenant workloads (e.g. 'registry.example.com/ml/')."

@@ -73,7 +73,7 @@ def _documents(text: str, file: str) -> list[Any]:
     try:
         while loader.check_node():
             node = loader.get_node()
-            problem = yaml_shape_problem(node, max_depth=MAX_MANIFEST_DEPTH)
+            problem = yaml_shape_problem(node, max_depth=MAX_MANIFEST_DEPTH) if node is not None else None
             if problem is not None:
                 raise UsageError(problem.render(file))
             docs.append(loader.construct_document(node))
