@@ -60,6 +60,7 @@ check: setup ## Policy check of a stack
 .PHONY: bench
 bench: setup ## Benchmarks (print figures; never part of the tests)
 	$(BIN)/python bench/bench_render.py
+	$(BIN)/python bench/bench_cli.py
 	@if [ -f bench/bench_diff.py ]; then $(BIN)/python bench/bench_diff.py; fi
 
 ##@ Rehearsal cluster and the real engine
