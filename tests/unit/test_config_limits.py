@@ -46,6 +46,11 @@ def set_at(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     ("tenants.0.groups", ["system:authenticated"], "tenants[0].groups[0]", "Kubernetes system group"),
     ("tenants.0.groups", [" team-a"], "tenants[0].groups[0]", "should match pattern"),
     ("tenants.0.groups", ["team-a", "team-a"], "tenants[0]", "groups: names must be unique"),
+    # Tenants inside system namespaces.
+    ("tenants.0.namespace", "kube-system", "tenants[0].namespace", "is a system namespace"),
+    ("tenants.0.namespace", "kueue-system", "tenants[0].namespace", "is a system namespace"),
+    ("tenants.0.name", "default", "tenants[0].name", "is a system namespace"),
+    ("tenants.0.namespace", "mlflow", "tenants[0].namespace", "is a system namespace"),
     # Approved registries that would approve any image.
     ("runtimes.approved_registries", [""], "approved_registries[0]", "is not an image prefix"),
     ("runtimes.approved_registries", ["/"], "approved_registries[0]", "is not an image prefix"),

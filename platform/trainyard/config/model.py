@@ -468,6 +468,13 @@ class PlatformConfig(Model):
     def pool(self, name: str) -> GpuPool:
         return next(p for p in self.gpu_pools if p.name == name)
 
+    def _system_namespaces(self) -> set[str]:
+        network = self.security.network
+        endpoints = [network.object_store, network.mlflow, network.egress_proxy]
+        return ({"default", network.dns.namespace, *network.metrics_from}
+                | {release.namespace for release in catalog.RELEASES.values()}
+                | {e.namespace for e in endpoints if e is not None and e.namespace is not None})
+
     @model_validator(mode="after")
     def _cross_field(self) -> PlatformConfig:  # noqa: PLR0912 - one place for every cross-field rule
         _unique("gpu_pools", [p.name for p in self.gpu_pools])
@@ -484,7 +491,13 @@ class PlatformConfig(Model):
             if cohort.parent is not None and cohort.parent not in cohorts:
                 raise FieldError(("cohorts", i, "parent"), f"cohort {cohort.parent!r} is not defined in cohorts")
 
+        system = self._system_namespaces()
         for i, tenant in enumerate(self.tenants):
+            if tenant.namespace_name in system or tenant.namespace_name.startswith("kube-"):
+                # A tenant's Role, RoleBinding and default-deny policies would land in a system namespace.
+                raise FieldError(("tenants", i, "namespace" if tenant.namespace else "name"),
+                                 f"namespace {tenant.namespace_name!r} is a system namespace (default, kube-*, "
+                                 "a controller's or a platform service's); give the tenant its own")
             if tenant.cohort is not None and tenant.cohort not in cohorts:
                 raise FieldError(("tenants", i, "cohort"), f"cohort {tenant.cohort!r} is not defined in cohorts")
             for j, quota in enumerate(tenant.quotas):
