@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,12 @@ COLUMNS = ("rule", "severity", "object", "message", "hint")
 
 def load_manifests(files: list[str], namespace: str | None = None) -> list[Manifest]:
     """Every document of every FILE; UsageError names the file, the document and what is wrong."""
-    out: list[Manifest] = []
+    return [manifest for _, manifest in load_sourced_manifests(files, namespace)]
+
+
+def load_sourced_manifests(files: list[str], namespace: str | None = None) -> list[tuple[str, Manifest]]:
+    """(where, manifest) for every document of every FILE; where is ``FILE (document N)``."""
+    out: list[tuple[str, Manifest]] = []
     for file in files:
         try:
             docs = _documents(Path(file).read_bytes().decode("utf-8"), file)
@@ -62,8 +68,25 @@ def load_manifests(files: list[str], namespace: str | None = None) -> list[Manif
         except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4300 digits
             raise UsageError(f"{file}: (yaml): not valid YAML: {exc}") from None
         for index, doc in enumerate(d for d in docs if d is not None):
-            out.append(_manifest(doc, f"{file} (document {index + 1})", namespace))
+            where = f"{file} (document {index + 1})"
+            out.append((where, _manifest(doc, where, namespace)))
     return out
+
+
+def check_schemas(sourced: list[tuple[str, Manifest]], crds: Sequence[Manifest]) -> None:
+    """Refuse extra manifests the API server would refuse: ObjectMeta of every one, and custom resources
+    of the stack's CRDs against their schemas (the rules read such fields and trust their types)."""
+    from trainyard.schemas import crd_validators, object_meta_errors
+
+    validators = crd_validators(crds)
+    for where, manifest in sourced:
+        problems = object_meta_errors(manifest)
+        validator = validators.get((manifest["apiVersion"], manifest["kind"]))
+        if validator is not None:
+            problems += [(".".join(map(str, e.absolute_path)), e.message) for e in validator.iter_errors(manifest)]
+        if problems:
+            path, message = sorted(problems)[0]
+            raise UsageError(f"{where}: {path or '(document)'}: {message[:300]} (the API server would refuse it)")
 
 
 def _documents(text: str, file: str) -> list[Any]:
@@ -140,8 +163,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from trainyard.policy.rules import RULES
 
     stack = open_stack(args.stack)
-    extra = load_manifests(args.files, args.namespace)
+    sourced = load_sourced_manifests(args.files, args.namespace)
     rendered = stack.render()
+    check_schemas(sourced, rendered.crds)
+    extra = [manifest for _, manifest in sourced]
     findings = evaluate(stack.config, rendered, extra)
     if findings:
         print(format_table(findings), end="")
