@@ -185,3 +185,18 @@ def test_preview_comment_never_raises_on_odd_logs(content: str | bytes, with_eve
     assert_clean(outcome, located=False)
     if outcome.code == 2:
         assert "preview.json" in outcome.err
+
+
+@needs_crds
+@pytest.mark.parametrize(("edit", "field"), [
+    (("metadata", "labels", "kueue.x-k8s.io/queue-name"), "metadata.labels.kueue.x-k8s.io/queue-name"),
+    (("spec", "runtimeRef", "name"), "spec.runtimeRef.name"),
+])
+def test_an_extra_manifest_the_api_server_would_refuse_exits_2_naming_the_field(edit: tuple[str, ...], field: str) -> None:
+    job = yaml.safe_load((ROOT / "tests" / "fixtures" / "bad-manifests" / "trainjob-queue-label--unknown-queue.yaml").read_text())
+    container_at(job, edit[:-1])[edit[-1]] = ["not", "a", "string"]
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "job.yaml").write_text(yaml.safe_dump(job))
+        outcome = run(["check", "prod", str(Path(tmp) / "job.yaml")])
+    assert outcome.code == 2
+    assert f"job.yaml (document 1): {field}: " in outcome.err and "the API server would refuse it" in outcome.err
