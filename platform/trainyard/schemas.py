@@ -109,13 +109,13 @@ class LazyValidator:
         return iter(self._validator.iter_errors(instance))
 
 
-def object_meta_errors(obj: Manifest) -> list[tuple[str, str]]:
-    """(path, message) for what the API server refuses in any object's metadata (names, labels, annotations)."""
+def object_meta_errors(obj: Manifest) -> list[tuple[tuple[str | int, ...], str]]:
+    """(path parts, message) for what the API server refuses in any object's metadata (names, labels, annotations)."""
     validator = jsonschema.Draft202012Validator(_object_meta_schema())
     meta = obj.get("metadata")
     known = {"name", "namespace", "labels", "annotations"}
     shown = {k: v for k, v in meta.items() if k in known} if isinstance(meta, dict) else meta
-    return [(".".join(["metadata", *map(str, e.absolute_path)]), e.message) for e in validator.iter_errors(shown)]
+    return [(("metadata", *e.absolute_path), e.message) for e in validator.iter_errors(shown)]
 
 
 class Validator:

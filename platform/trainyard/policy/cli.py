@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +74,22 @@ def load_sourced_manifests(files: list[str], namespace: str | None = None) -> li
     return out
 
 
+_PLAIN_SEGMENT = re.compile(r"^[A-Za-z_][-\w./]*$")
+
+
+def field_path(parts: Iterable[str | int]) -> str:
+    """``spec.nodeLabels["odd key"][0]``: names as dotted segments, odd keys quoted, indices in brackets."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _PLAIN_SEGMENT.match(part):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{json.dumps(part)}]"
+    return out
+
+
 def check_schemas(sourced: list[tuple[str, Manifest]], crds: Sequence[Manifest]) -> None:
     """Refuse extra manifests the API server would refuse: ObjectMeta of every one, and custom resources
     of the stack's CRDs against their schemas (the rules read such fields and trust their types)."""
@@ -80,10 +97,10 @@ def check_schemas(sourced: list[tuple[str, Manifest]], crds: Sequence[Manifest])
 
     validators = crd_validators(crds)
     for where, manifest in sourced:
-        problems = object_meta_errors(manifest)
+        problems = [(field_path(path), message) for path, message in object_meta_errors(manifest)]
         validator = validators.get((manifest["apiVersion"], manifest["kind"]))
         if validator is not None:
-            problems += [(".".join(map(str, e.absolute_path)), e.message) for e in validator.iter_errors(manifest)]
+            problems += [(field_path(e.absolute_path), e.message) for e in validator.iter_errors(manifest)]
         if problems:
             path, message = sorted(problems)[0]
             raise UsageError(f"{where}: {path or '(document)'}: {message[:300]} (the API server would refuse it)")
