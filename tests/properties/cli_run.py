@@ -12,7 +12,7 @@ from trainyard.cli import main
 # How every bad-input error locates itself: "FILE[:LINE]: FIELD.PATH: reason", or the
 # part of the file that is wrong ("(yaml)", "(file)") when there is no field yet.
 _LOCATED = re.compile(r"^\s*(error: )?\S+( \(document \d+\))?(:\d+)?: "
-                      r"(trainyard:platform|\(yaml\)|\(file\)|\(document\)|config\b|[A-Za-z][\w./\[\]-]*: ).*$",
+                      r"(trainyard:platform|\(yaml\)|\(file\)|\(document\)|config\b|[A-Za-z][^\n]*?: ).*$",
                       re.MULTILINE)
 
 
