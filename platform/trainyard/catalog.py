@@ -29,6 +29,16 @@ class ChartRef:
     chart: str
     repo: str | None = None
 
+    @property
+    def name(self) -> str:
+        """The chart's name (``Chart.yaml`` ``name``): the last segment of an OCI reference."""
+        return chart_name(self.chart)
+
+    @property
+    def mirror_dir(self) -> str:
+        """The chart's directory in a chart mirror laid out like ../shared/charts."""
+        return chart_mirror_dir(self.name)
+
 
 @dataclass(frozen=True)
 class Image:
@@ -133,6 +143,26 @@ RELEASES: dict[tuple[str, str], Release] = {
 # The directory name of each component inside a CRD mirror (layout of ../shared/crds).
 MIRROR_DIRS: dict[str, str] = {"kueue": "kueue", "jobset": "jobset", "trainer": "kubeflow-trainer"}
 
+# A chart mirror (../shared/charts, TRAINYARD_CHARTS_DIR) holds each chart as
+# <dir>/<chart version>/, where <dir> is the chart's name except for these names, too generic
+# to stand alone. Ref: ../shared/charts/SOURCES.md ("Directory layout").
+CHART_MIRROR_DIRS: dict[str, str] = {
+    "operator": "minio-operator",
+    "tenant": "minio-tenant",
+    "common": "bitnami-common",
+    "cluster": "cnpg-grafana-dashboard-cluster",
+}
+
+
+def chart_name(reference: str) -> str:
+    """``oci://registry.k8s.io/kueue/charts/kueue`` -> ``kueue``; a plain name stays as it is."""
+    return reference.rstrip("/").rsplit("/", 1)[-1]
+
+
+def chart_mirror_dir(name: str) -> str:
+    return CHART_MIRROR_DIRS.get(name, name)
+
+
 DEFAULT_VERSIONS: dict[str, str] = {"kueue": "0.19.2", "jobset": "0.12.0", "trainer": "2.3.0"}
 
 # API versions Trainyard emits. Kueue v1beta1 is still served by v0.19 but deprecated.
@@ -140,6 +170,9 @@ KUEUE_API = "kueue.x-k8s.io/v1beta2"
 KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+
+# Helm, built from Go modules by tools/build.sh, renders the charts in tests/charts.
+HELM_VERSION = "v3.22.0"
 
 # The Kubernetes version whose OpenAPI schemas the conformance gate validates against.
 KUBERNETES_VERSION = "1.36.0"

@@ -88,16 +88,21 @@ class Validator:
     def __init__(self, crd_dir: Path, kubernetes_version: str = catalog.KUBERNETES_VERSION) -> None:
         self.kubernetes_version = kubernetes_version
         self._crd_schemas: dict[tuple[str, str], dict[str, Any]] = {}
+        self._validators: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
         for path in sorted(crd_dir.rglob("*.yaml")):
             crd = yaml.load(path.read_bytes(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
-            if not isinstance(crd, dict) or crd.get("kind") != "CustomResourceDefinition":
-                continue
-            group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
-            for version in crd["spec"]["versions"]:
-                schema = version.get("schema", {}).get("openAPIV3Schema")
-                if schema:
-                    self._crd_schemas[(f"{group}/{version['name']}", kind)] = schema
-        self._validators: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
+            if isinstance(crd, dict) and crd.get("kind") == "CustomResourceDefinition":
+                self.add_crd(crd)
+
+    def add_crd(self, crd: Manifest) -> None:
+        """Validate custom resources of ``crd`` too (a chart's own CRDs, for the objects that chart renders)."""
+        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+        for version in crd["spec"]["versions"]:
+            schema = version.get("schema", {}).get("openAPIV3Schema")
+            if schema:
+                key = (f"{group}/{version['name']}", kind)
+                self._crd_schemas[key] = schema
+                self._validators.pop(key, None)
 
     def knows(self, api_version: str, kind: str) -> bool:
         if (api_version, kind) in self._crd_schemas:

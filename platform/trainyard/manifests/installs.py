@@ -31,6 +31,16 @@ class ChartRelease:
     values: dict[str, Any] = field(default_factory=dict)
     external: bool = False
 
+    @property
+    def chart_name(self) -> str:
+        """The chart's own name (``Chart.yaml`` ``name``), from an OCI reference or a repo chart name."""
+        return catalog.chart_name(self.chart)
+
+    @property
+    def mirror_dir(self) -> str:
+        """Where a chart mirror (../shared/charts) keeps this chart: ``<mirror_dir>/<version>/``."""
+        return catalog.chart_mirror_dir(self.chart_name)
+
     def as_document(self) -> dict[str, Any]:
         """What ``trainyard render`` writes for a chart (it is not a Kubernetes object)."""
         doc: dict[str, Any] = {"chart": self.chart, "version": self.version, "namespace": self.namespace,
