@@ -85,6 +85,12 @@ _KUEUE_CRDS = tuple(
     )
 )
 
+# The Kueue CRDs whose v1beta1 and v1beta2 schemas differ, so the API server converts between
+# them through Kueue's conversion webhook. Upstream adds ``spec.conversion`` to exactly these
+# in its kustomize config and its chart; the base CRD files have none.
+# Ref: kueue v0.19.2 charts/kueue/templates/crd/*.yaml (spec.conversion.strategy: Webhook).
+KUEUE_CONVERTED_CRDS = ("clusterqueues", "cohorts", "localqueues", "multikueueclusters", "workloads")
+
 _TRAINER_CRDS = tuple(
     CrdFile(f"trainer.kubeflow.org_{plural}.yaml", f"manifests/base/crds/trainer.kubeflow.org_{plural}.yaml", sha)
     for plural, sha in (

@@ -413,31 +413,47 @@ class ProbeReport:
         return [p for p in self.probes if p.read]
 
 
+def _first_change(before: str, after: str) -> str:
+    """Where two renders first differ: the template (helm's ``# Source:`` comment) and the line."""
+    old, new = before.splitlines(), after.splitlines()
+    index = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
+    source = next((line.removeprefix("# Source: ") for line in reversed(new[:index + 1]) if line.startswith("# Source: ")), "?")
+    line = new[index].strip() if index < len(new) else "(document removed)"
+    return f"output changes in {source}: {line[:120]}"
+
+
 def probe_values(renderer: ChartRenderer, release: ChartRelease, values: Mapping[str, Any] | None = None) -> ProbeReport:
     """For every leaf of ``values`` (default: the release's), whether the chart's output depends on it.
 
-    Fields that differ between two identical renders (generated certificates, random
-    names) are left out of the comparison, so randomness never passes for "read".
+    A chart that renders the same bytes twice is compared as text. Otherwise (generated
+    certificates, random names) the fields that differ between two identical renders are
+    left out of the comparison, so randomness never passes for "read".
     """
     values = release.values if values is None else values
-    baseline = _flatten(parse_manifests(renderer.render_text(release, values)))
-    second = _flatten(parse_manifests(renderer.render_text(release, values, fresh=True)))
-    unstable = {k for k in baseline.keys() | second.keys() if baseline.get(k, PROBE) != second.get(k, PROBE)}
+    baseline = renderer.render_text(release, values)
+    second = renderer.render_text(release, values, fresh=True)
+    unstable: set[str] = set()
+    if second != baseline:
+        first, again = _flatten(parse_manifests(baseline)), _flatten(parse_manifests(second))
+        unstable = {k for k in first.keys() | again.keys() if first.get(k, PROBE) != again.get(k, PROBE)}
     report = ProbeReport(release, unstable_fields=len(unstable))
     for path in leaf_paths(values):
-        dotted = ".".join(path)
         evidence = ""
         for candidate in perturbations(get_path(values, path)):
             try:
-                changed = _flatten(parse_manifests(renderer.render_text(release, with_leaf(values, path, candidate))))
+                changed = renderer.render_text(release, with_leaf(values, path, candidate))
             except ChartRenderError as exc:
                 evidence = f"chart rejects {candidate!r}: {str(exc).splitlines()[-1][:160]}"
                 break
-            diff = sorted(k for k in baseline.keys() | changed.keys()
-                          if k not in unstable and baseline.get(k, PROBE) != changed.get(k, PROBE))
-            if diff:
-                evidence = f"{len(diff)} output field(s) change, e.g. {diff[0]}"
+            if not unstable:
+                evidence = _first_change(baseline, changed) if changed != baseline else ""
+            else:
+                before, after = _flatten(parse_manifests(baseline)), _flatten(parse_manifests(changed))
+                diff = sorted(k for k in before.keys() | after.keys()
+                              if k not in unstable and before.get(k, PROBE) != after.get(k, PROBE))
+                evidence = f"{len(diff)} output field(s) change, e.g. {diff[0]}" if diff else ""
+            if evidence:
                 break
-        report.probes.append(ValueProbe(dotted, bool(evidence),
+        report.probes.append(ValueProbe(".".join(path), bool(evidence),
                                         evidence or "no output field changes: the chart does not read it"))
     return report

@@ -152,14 +152,22 @@ def _definitions(version: str) -> dict[str, Any]:
     return result
 
 
-def _builtin_validator(version: str, api_version: str, kind: str) -> jsonschema.protocols.Validator:
+@lru_cache(maxsize=4)
+def _definitions_registry(version: str) -> Any:
+    """The shared definitions, crawled once: an uncrawled registry is crawled again on every ``$ref`` lookup."""
     from referencing import Registry, Resource
 
-    path = _builtin_schema_path(version, api_version, kind)
-    schema = json.loads(path.read_text())
     definitions = Resource.from_contents(_definitions(version))
     registry: Registry[Any] = Registry().with_resources(
         [("file://_definitions.json", definitions), ("_definitions.json", definitions)]
     )
-    registry = Resource.from_contents(schema) @ registry
+    return registry.crawl()
+
+
+def _builtin_validator(version: str, api_version: str, kind: str) -> jsonschema.protocols.Validator:
+    from referencing import Resource
+
+    path = _builtin_schema_path(version, api_version, kind)
+    schema = json.loads(path.read_text())
+    registry = (Resource.from_contents(schema) @ _definitions_registry(version)).crawl()
     return jsonschema.Draft202012Validator(schema, registry=registry)

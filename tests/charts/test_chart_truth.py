@@ -124,7 +124,7 @@ def test_a_misspelt_value_path_is_reported_unread(renderers: Renderers) -> None:
 def test_a_value_the_chart_reads_is_reported_read_with_its_evidence(renderers: Renderers) -> None:
     report = charts.probe_values(renderers("prod"), _kueue(), {"controllerManager": {"manager": {"image": {"tag": "v0.19.2"}}}})
     (probe,) = report.probes
-    assert probe.read and "output field(s) change" in probe.evidence
+    assert probe.read and "manager/manager.yaml" in probe.evidence and "image:" in probe.evidence
 
 
 def test_an_image_outside_the_mirror_and_an_unpinned_tag_are_reported(renderers: Renderers) -> None:

@@ -68,7 +68,7 @@ class RenderError(Exception):
 
 def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None = None) -> RenderedPlatform:
     try:
-        crd_docs = crds.load_crds(config, CRD_COMPONENTS, stack_dir)
+        crd_docs = kueue.with_conversion_webhooks(config, crds.load_crds(config, CRD_COMPONENTS, stack_dir))
         # Every concern's builder, in apply order; a new concern adds one line (docs/architecture.md).
         concerns = (
             installs.build(config),

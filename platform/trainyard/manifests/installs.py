@@ -95,11 +95,15 @@ def releases(config: PlatformConfig) -> list[ChartRelease]:
     jobset_registry, jobset_repository, jobset_tag = controller_image(config, "jobset")
     kueue_registry, kueue_repository, kueue_tag = controller_image(config, "kueue")
     trainer_registry, trainer_repository, trainer_tag = controller_image(config, "trainer")
-    # Tags are pinned explicitly: the Kueue chart's own default is "main" with pullPolicy Always.
-    # Ref: values.yaml of each chart (jobset image.*, kueue controllerManager.manager.image.*, trainer image.*).
+    # Tags are pinned explicitly: the git copies of the JobSet and Kueue charts default to staging
+    # images ("main", "release-0.19") with pullPolicy Always (../shared/charts/SOURCES.md).
+    # Ref: values.yaml of each chart (jobset image.*, kueue controllerManager.manager.image.*, trainer image.*);
+    # tests/charts proves each chart reads every value set here.
     return [
+        # The JobSet chart has no image.registry: the repository carries the registry host
+        # (templates/controller/deployment.yaml: "{{ .Values.image.repository }}:{{ .Values.image.tag }}").
         _release(config, "jobset", {
-            "image": {"registry": jobset_registry, "repository": jobset_repository, "tag": jobset_tag,
+            "image": {"repository": f"{jobset_registry}/{jobset_repository}", "tag": jobset_tag,
                       "pullPolicy": "IfNotPresent"},
         }),
         _release(config, "kueue", {

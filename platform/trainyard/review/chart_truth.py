@@ -82,11 +82,22 @@ def image_problems(config: PlatformConfig, release: ChartRelease, images: list[s
 
 
 def crd_problems(platform: RenderedPlatform, rendered: charts.RenderedChart) -> list[str]:
-    declared = {c["metadata"]["name"] for c in platform.crds}
+    """No CRD is installed by the chart; each one it renders is declared by Trainyard with the same spec.
+
+    The spec is compared where the chart is installed: on a stack that marks the controller
+    external nothing serves the chart's webhooks, and Trainyard leaves them out of its CRDs.
+    """
+    declared = {c["metadata"]["name"]: c for c in platform.crds}
     problems = [f"chart installs {object_id(o)}: the post-renderer must drop it" for o in rendered.objects
                 if o.get("kind") in post_render.DROPPED_KINDS]
-    problems += [f"chart renders CRD {o['metadata']['name']}, which the post-renderer drops but Trainyard does not declare"
-                 for o in rendered.dropped if o["metadata"]["name"] not in declared]
+    for crd in rendered.dropped:
+        name = crd["metadata"]["name"]
+        if name not in declared:
+            problems.append(f"chart renders CRD {name}, which the post-renderer drops but Trainyard does not declare")
+        elif not rendered.release.external and crd["spec"] != declared[name]["spec"]:
+            fields = sorted(k for k in crd["spec"].keys() | declared[name]["spec"].keys()
+                            if crd["spec"].get(k) != declared[name]["spec"].get(k))
+            problems.append(f"CRD {name}: Trainyard's spec differs from the chart's in {', '.join(fields)}")
     return problems
 
 
@@ -97,7 +108,11 @@ def _kueue_modes(config: PlatformConfig, rendered: charts.RenderedChart) -> list
     if len(maps) != 1:
         return [f"expected one Kueue manager ConfigMap, found {len(maps)}"]
     got = yaml.safe_load(maps[0]["data"]["controller_manager_config.yaml"])
-    want = kueue.controller_configuration(config)
+    want = dict(kueue.controller_configuration(config))
+    # The chart adds internal certificate management when the configuration has none (and
+    # cert-manager is off). Ref: kueue v0.19.2 charts/kueue/templates/manager/manager-config.yaml.
+    want.setdefault("internalCertManagement", {"enable": True, "webhookServiceName": kueue.WEBHOOK_SERVICE,
+                                               "webhookSecretName": "kueue-webhook-server-cert"})
     return [] if got == want else [f"Kueue manager configuration differs from the rendered Configuration: {got} != {want}"]
 
 
