@@ -264,10 +264,11 @@ class ChartRenderer:
         return self._assembled[source]
 
     def render_text(self, release: ChartRelease, values: Mapping[str, Any] | None = None,
-                    post_renderer: bool = False, fresh: bool = False) -> str:
+                    post_renderer: tuple[str, Sequence[str]] | None = None, fresh: bool = False) -> str:
         """``helm template`` output for ``release`` (with ``values`` instead of its own, if given).
 
-        ``post_renderer`` runs Trainyard's post-renderer the way Pulumi does (helm executes it);
+        ``post_renderer`` (command, args) is run by helm the way Pulumi's provider runs it
+        (Trainyard's is ``post_render.command()``);
         ``fresh`` renders again instead of answering from the cache.
         """
         values = release.values if values is None else values
@@ -285,15 +286,16 @@ class ChartRenderer:
             self._renders[key] = self._helm_template(release, chart.path, values_json, post_renderer)
         return self._renders[key]
 
-    def _helm_template(self, release: ChartRelease, chart: Path, values_json: str, post_renderer: bool) -> str:
+    def _helm_template(self, release: ChartRelease, chart: Path, values_json: str,
+                       post_renderer: tuple[str, Sequence[str]] | None) -> str:
         values_file = self._work / f"values-{len(self._renders)}.json"
         values_file.write_text(values_json)
         cmd = [str(self.helm), "template", release.name, str(chart), "--namespace", release.namespace,
                "--no-hooks", "--kube-version", self.kube_version, "--values", str(values_file)]
         for api in self.api_versions:
             cmd += ["--api-versions", api]
-        if post_renderer:
-            command, args = post_render.command()
+        if post_renderer is not None:
+            command, args = post_renderer
             cmd += ["--post-renderer", command]
             for arg in args:
                 cmd += ["--post-renderer-args", arg]

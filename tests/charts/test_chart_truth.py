@@ -33,6 +33,15 @@ def _cases() -> list[Any]:
 CASES = _cases()
 _truths: dict[tuple[str, str], ChartTruth] = {}
 _timings: dict[tuple[str, str], float] = {}
+_validators: list[Validator] = []
+
+
+def validator() -> Validator:
+    """One strict validator for the session (loading the CRD mirror's schemas is the slow part)."""
+    if not _validators:
+        assert CRDS_DIR is not None
+        _validators.append(Validator(CRDS_DIR))
+    return _validators[0]
 
 
 def release_of(stack_name: str, release_name: str) -> ChartRelease:
@@ -43,9 +52,8 @@ def truth(renderers: Renderers, stack_name: str, release_name: str) -> ChartTrut
     key = (stack_name, release_name)
     if key not in _truths:
         started = time.perf_counter()
-        assert CRDS_DIR is not None
         _truths[key] = check_release(stack_name, stack(stack_name).config, rendered(stack_name),
-                                     release_of(stack_name, release_name), renderers(stack_name), Validator(CRDS_DIR))
+                                     release_of(stack_name, release_name), renderers(stack_name), validator())
         _timings[key] = time.perf_counter() - started
         print(f"\n{format_summary(_truths[key])}\n  ({_timings[key]:.1f}s)")
     return _truths[key]

@@ -37,16 +37,13 @@ def with_conversion_webhooks(config: PlatformConfig, crds: list[Manifest]) -> li
         return crds
     converted = {f"{plural}.kueue.x-k8s.io" for plural in catalog.KUEUE_CONVERTED_CRDS}
     namespace = catalog.release("kueue", config.versions.kueue).namespace
-    out: list[Manifest] = []
-    for crd in crds:
-        if crd["metadata"]["name"] in converted:
-            # spec.conversion first, as the chart orders it; the caBundle is injected at run time
-            # by Kueue's internal certificate management (internalCertManagement.enable).
-            crd = {**crd, "spec": {"conversion": {"strategy": "Webhook", "webhook": {
-                "clientConfig": {"service": {"name": WEBHOOK_SERVICE, "namespace": namespace, "path": "/convert"}},
-                "conversionReviewVersions": ["v1"]}}, **crd["spec"]}}
-        out.append(crd)
-    return out
+    # The caBundle is injected at run time by Kueue's internal certificate management
+    # (internalCertManagement.enable, which the chart turns on).
+    conversion = {"strategy": "Webhook", "webhook": {
+        "clientConfig": {"service": {"name": WEBHOOK_SERVICE, "namespace": namespace, "path": "/convert"}},
+        "conversionReviewVersions": ["v1"]}}
+    return [{**crd, "spec": {"conversion": conversion, **crd["spec"]}} if crd["metadata"]["name"] in converted else crd
+            for crd in crds]
 
 
 def topology(config: PlatformConfig) -> list[Manifest]:

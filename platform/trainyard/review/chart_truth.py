@@ -153,7 +153,7 @@ def check_release(stack: str, config: PlatformConfig, platform: RenderedPlatform
     rendered = renderer.render(release)
     images = sorted(set(images_of(list(rendered.objects))))
     probes = charts.probe_values(renderer, release)
-    via_helm = charts.parse_manifests(renderer.render_text(release, post_renderer=True))
+    via_helm = charts.parse_manifests(renderer.render_text(release, post_renderer=post_render.command()))
     for crd in rendered.dropped:
         validator.add_crd(crd)
     schema: list[str] = []
