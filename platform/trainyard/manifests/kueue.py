@@ -37,13 +37,16 @@ def with_conversion_webhooks(config: PlatformConfig, crds: list[Manifest]) -> li
         return crds
     converted = {f"{plural}.kueue.x-k8s.io" for plural in catalog.KUEUE_CONVERTED_CRDS}
     namespace = catalog.release("kueue", config.versions.kueue).namespace
-    # The caBundle is injected at run time by Kueue's internal certificate management
-    # (internalCertManagement.enable, which the chart turns on).
-    conversion = {"strategy": "Webhook", "webhook": {
+    return [{**crd, "spec": {"conversion": _conversion_webhook(namespace), **crd["spec"]}}
+            if crd["metadata"]["name"] in converted else crd for crd in crds]
+
+
+def _conversion_webhook(namespace: str) -> dict[str, Any]:
+    # A new dict per CRD (a shared one would render as a YAML alias). The caBundle is injected
+    # at run time by Kueue's internal certificate management (internalCertManagement.enable).
+    return {"strategy": "Webhook", "webhook": {
         "clientConfig": {"service": {"name": WEBHOOK_SERVICE, "namespace": namespace, "path": "/convert"}},
         "conversionReviewVersions": ["v1"]}}
-    return [{**crd, "spec": {"conversion": conversion, **crd["spec"]}} if crd["metadata"]["name"] in converted else crd
-            for crd in crds]
 
 
 def topology(config: PlatformConfig) -> list[Manifest]:
