@@ -101,8 +101,9 @@ class Validator:
             schema = version.get("schema", {}).get("openAPIV3Schema")
             if schema:
                 key = (f"{group}/{version['name']}", kind)
-                self._crd_schemas[key] = schema
-                self._validators.pop(key, None)
+                if self._crd_schemas.get(key) != schema:
+                    self._crd_schemas[key] = schema
+                    self._validators.pop(key, None)
 
     def knows(self, api_version: str, kind: str) -> bool:
         if (api_version, kind) in self._crd_schemas:

@@ -154,7 +154,8 @@ def check_release(stack: str, config: PlatformConfig, platform: RenderedPlatform
     images = sorted(set(images_of(list(rendered.objects))))
     probes = charts.probe_values(renderer, release)
     via_helm = charts.parse_manifests(renderer.render_text(release, post_renderer=post_render.command()))
-    for crd in rendered.dropped:
+    # Custom resources a chart renders validate against the CRDs the stack declares, else the chart's own.
+    for crd in (*rendered.dropped, *platform.crds):
         validator.add_crd(crd)
     schema: list[str] = []
     for obj in rendered.objects:
