@@ -29,7 +29,10 @@ def with_conversion_webhooks(config: PlatformConfig, crds: list[Manifest]) -> li
 
     Trainyard's CRDs are the only ones applied (the chart's copies are dropped by the
     post-renderer), so they must carry what the chart's copies would: without
-    ``spec.conversion`` a v1beta1 request to a v1beta2-stored object is not converted. Where
+    ``spec.conversion`` a v1beta1 request to a v1beta2-stored object is not converted, and
+    Kueue's certificate rotator, which writes its CA into exactly these five CRDs'
+    ``spec.conversion.webhook.clientConfig``, has nothing to write into
+    (Ref: kueue pkg/util/cert/cert.go, ``cert.CRDConversion`` entries). Where
     Kueue is external (the rehearsal) no webhook serves, and the CRDs stay as upstream wrote
     them. The chart-truth tests check these specs equal the chart's CRDs field for field.
     """
