@@ -6,6 +6,9 @@ covered by being declared. Each case renders with the helm built by ``tools/buil
 from ../shared/charts (``TRAINYARD_CHARTS_DIR``) and the options Pulumi's ``helm.v4.Chart``
 uses (``trainyard.charts``); the checks live in ``trainyard.review.chart_truth`` so that
 ``trainyard charts STACK`` reports the same. Run with ``-s`` to see each chart's summary.
+
+"Read" means: changing that one leaf changes the rendered output. A value that matters only
+under another setting Trainyard leaves off is unread too, and should not be set.
 """
 
 from __future__ import annotations
