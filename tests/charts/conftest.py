@@ -18,7 +18,7 @@ CHARTS_DIR = charts.charts_dir(ROOT)
 HELM = charts.helm_binary()
 MISSING = (
     "upstream chart mirror not found: set TRAINYARD_CHARTS_DIR (default ../shared/charts)" if CHARTS_DIR is None
-    else "helm not built: run `tools/build.sh helm` (or `make tools`), or set TRAINYARD_HELM" if HELM is None
+    else "helm not built: run `make helm` (tools/build.sh helm), or set TRAINYARD_HELM" if HELM is None
     else None
 )
 
