@@ -10,7 +10,8 @@ Ref: pulumi-kubernetes provider/pkg/provider/helm/v4/chart.go (``DisableHooks = 
 ``IncludeCRDs = !SkipCrds``, ``postrender.NewExec``).
 
 The mirror is found through ``$TRAINYARD_CHARTS_DIR`` (default ``../shared/charts`` next to
-the project), the same pattern as ``TRAINYARD_CRDS_DIR``. The mirror is never written to:
+the project), the same pattern as ``TRAINYARD_CRDS_DIR``; every chart directory used is checked
+against its listing hash in ``catalog.CHART_LISTINGS``. The mirror is never written to:
 each chart is copied to a temporary directory, and the dependencies its ``Chart.yaml`` lists
 are copied in as ``charts/<name>/`` (Helm refuses a chart whose dependency is missing, even
 when its condition is false; helm/helm#8600). A dependency that is not in the mirror is
@@ -28,6 +29,7 @@ path the chart does not read, such as a misspelt key).
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import shutil
@@ -123,6 +125,25 @@ def find_chart(directory: Path, name: str, version: str) -> Path | None:
     return None
 
 
+def listing_sha256(directory: Path, chart: Path) -> str:
+    """The mirror's listing hash of one chart directory (``catalog.CHART_LISTINGS`` says how)."""
+    files = sorted((p for p in chart.rglob("*") if p.is_file()), key=lambda p: p.relative_to(directory).as_posix().encode())
+    listing = "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(directory).as_posix()}\n"
+                      for p in files)
+    return hashlib.sha256(listing.encode()).hexdigest()
+
+
+def verify_listing(directory: Path, chart: Path) -> None:
+    key = chart.relative_to(directory).as_posix()
+    pinned = catalog.CHART_LISTINGS.get(key)
+    if pinned is None:
+        raise ChartUnavailable(f"{chart}: no listing hash pinned for {key} in catalog.CHART_LISTINGS")
+    actual = listing_sha256(directory, chart)
+    if actual != pinned:
+        raise ChartUnavailable(f"{chart}: content does not match the pinned listing hash of {key} "
+                               f"(sha256 {actual}, pinned {pinned})")
+
+
 def chart_source(release: ChartRelease, directory: Path) -> Path:
     """The mirrored chart of ``release``; its ``Chart.yaml`` must name the same chart and version."""
     path = find_chart(directory, release.chart_name, release.version)
@@ -135,6 +156,7 @@ def chart_source(release: ChartRelease, directory: Path) -> Path:
     if meta.get("name") != release.chart_name or str(meta.get("version")).removeprefix("v") != release.version.removeprefix("v"):
         raise ChartUnavailable(f"{path / 'Chart.yaml'}: is {meta.get('name')} {meta.get('version')}, "
                                f"release {release.name} wants {release.chart_name} {release.version}")
+    verify_listing(directory, path)
     return path
 
 
@@ -191,6 +213,7 @@ def assemble(source: Path, directory: Path, into: Path) -> Assembled:
         found = find_chart(directory, name, version)
         charts.mkdir(exist_ok=True)
         if found is not None:
+            verify_listing(directory, found)
             assemble(found, directory, charts)
         else:
             stub = charts / name
@@ -248,6 +271,7 @@ class ChartRenderer:
         self.kube_version = kube_version
         self.api_versions = tuple(api_versions)
         self._work = Path(tempfile.mkdtemp(prefix="trainyard-charts-"))
+        self._sources: dict[tuple[str, str], Path] = {}
         self._assembled: dict[Path, Assembled] = {}
         self._renders: dict[str, str] = {}
         self.helm_runs = 0
@@ -256,7 +280,10 @@ class ChartRenderer:
         shutil.rmtree(self._work, ignore_errors=True)
 
     def assembled(self, release: ChartRelease) -> Assembled:
-        source = chart_source(release, self.directory)
+        key = (release.chart_name, release.version)
+        if key not in self._sources:
+            self._sources[key] = chart_source(release, self.directory)
+        source = self._sources[key]
         if source not in self._assembled:
             into = self._work / "charts" / f"{len(self._assembled)}"
             into.mkdir(parents=True)

@@ -14,14 +14,15 @@ under another setting Trainyard leaves off is unread too, and should not be set.
 from __future__ import annotations
 
 import copy
+import shutil
 import time
 from typing import Any
 
 import pytest
 
-from tests.charts.conftest import MISSING, Renderers
+from tests.charts.conftest import CHARTS_DIR, HELM, MISSING, Renderers
 from tests.conftest import CRDS_DIR, STACKS, rendered, stack
-from trainyard import charts, post_render
+from trainyard import catalog, charts, post_render
 from trainyard.manifests.installs import ChartRelease
 from trainyard.review.chart_truth import ChartTruth, check_release, format_summary
 from trainyard.schemas import Validator
@@ -170,7 +171,22 @@ def test_the_post_renderer_drops_crds_and_keeps_every_other_document_byte_for_by
     assert "kind: Service" in out
 
 
-def test_a_dependency_missing_from_the_mirror_is_an_error_when_enabled(tmp_path: Any) -> None:
+def test_a_chart_that_differs_from_the_pinned_listing_is_refused(tmp_path: Any) -> None:
+    if MISSING is not None:
+        pytest.skip(MISSING)
+    assert CHARTS_DIR is not None and HELM is not None
+    shutil.copytree(CHARTS_DIR / "kueue" / "0.19.2", tmp_path / "kueue" / "0.19.2")
+    values = tmp_path / "kueue" / "0.19.2" / "values.yaml"
+    values.write_text(values.read_text() + "\n# edited\n")
+    renderer = charts.ChartRenderer(tmp_path, HELM)
+    try:
+        with pytest.raises(charts.ChartUnavailable, match=r"does not match the pinned listing hash of kueue/0\.19\.2"):
+            renderer.render(_kueue())
+    finally:
+        renderer.close()
+
+
+def test_a_dependency_missing_from_the_mirror_is_an_error_when_enabled(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     if MISSING is not None:
         pytest.skip(MISSING)
     parent = tmp_path / "mirror" / "parent" / "1.0.0"
@@ -180,10 +196,9 @@ def test_a_dependency_missing_from_the_mirror_is_an_error_when_enabled(tmp_path:
     (parent / "values.yaml").write_text("absent:\n  enabled: false\n")
     (parent / "templates" / "cm.yaml").write_text(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Values.name }}\n")
-    assert charts.HELM_ENV  # helm comes from the same lookup as the fixtures
-    helm = charts.helm_binary()
-    assert helm is not None
-    renderer = charts.ChartRenderer(tmp_path / "mirror", helm)
+    monkeypatch.setitem(catalog.CHART_LISTINGS, "parent/1.0.0", charts.listing_sha256(tmp_path / "mirror", parent))
+    assert HELM is not None
+    renderer = charts.ChartRenderer(tmp_path / "mirror", HELM)
     try:
         release = ChartRelease(name="p", component="parent", chart="parent", version="1.0.0", namespace="ns",
                                values={"name": "cm"})
