@@ -342,6 +342,12 @@ class Images(Model):
         "are pulled as <mirror><upstream repository>. Unset: the upstream registries.",
     )
 
+    lock_file: str = Field(
+        default="images.lock.yaml",
+        description="The image lock (relative to the project): image reference -> digest in the mirror. Runtimes and "
+        "chart values take their digests from it; `trainyard images lock STACK` fills it (docs/supply-chain.md).",
+    )
+
     @model_validator(mode="after")
     def _prefix(self) -> Images:
         if self.registry_mirror is not None and not self.registry_mirror.endswith("/"):

@@ -16,6 +16,7 @@ from trainyard.manifests import admission, crds, installs, kueue, network, runti
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest, object_id, object_key
+from trainyard.supply.lock import ImageLock, LockFileError, load_lock
 
 # Components whose CRDs the platform declares, in apply order (JobSet before Trainer, which uses it).
 CRD_COMPONENTS = ["jobset", "kueue", "trainer"]
@@ -67,21 +68,28 @@ class RenderError(Exception):
 
 def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None = None) -> RenderedPlatform:
     try:
+        lock = image_lock(config, root)
         crd_docs = crds.load_crds(config, CRD_COMPONENTS, stack_dir)
         # Every concern's builder, in apply order; a new concern adds one line (docs/architecture.md).
         concerns = (
-            installs.build(config),
+            installs.build(config, lock),
             kueue.build(config),
-            runtimes.build(config, root),
+            runtimes.build(config, root, lock),
             admission.build(config),
             tenants.build(config),
             network.build(config),
         )
-    except (crds.CrdUnavailable, runtimes.RuntimeFileError) as exc:
+    except (crds.CrdUnavailable, runtimes.RuntimeFileError, LockFileError) as exc:
         raise RenderError(str(exc)) from None
     rendered = RenderedPlatform(tuple(crd_docs), concerns)
     _check_unique(list(rendered.all_objects))
     return rendered
+
+
+def image_lock(config: PlatformConfig, root: Path) -> ImageLock:
+    """The stack's image lock (``images.lock_file``, relative to the project root)."""
+    path = Path(config.images.lock_file)
+    return load_lock(path if path.is_absolute() else root / path)
 
 
 def _check_unique(objects: list[Manifest]) -> None:
