@@ -66,9 +66,11 @@ class RenderError(Exception):
     """The stack is valid but something it points at is not (a runtime file, a CRD source)."""
 
 
-def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None = None) -> RenderedPlatform:
+def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None = None,
+                    lock: ImageLock | None = None) -> RenderedPlatform:
+    """Every object of the stack; ``lock`` replaces the stack's image lock file (``trainyard images lock``)."""
     try:
-        lock = image_lock(config, root)
+        lock = lock if lock is not None else image_lock(config, root)
         crd_docs = crds.load_crds(config, CRD_COMPONENTS, stack_dir)
         # Every concern's builder, in apply order; a new concern adds one line (docs/architecture.md).
         concerns = (
