@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import runpy
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
