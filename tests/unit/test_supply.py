@@ -84,7 +84,8 @@ def test_rendered_runtimes_and_chart_values_take_their_digest_from_the_lock() ->
     lock = load_lock(ROOT / "images.lock.yaml")
     platform = rendered("prod")
     runtime = next(o for o in platform.by_kind("ClusterTrainingRuntime") if o["metadata"]["name"] == "torch-distributed")
-    image = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["image"]
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    image = pod["containers"][0]["image"]
     key = "registry.trainyard.internal/pytorch/pytorch:2.10.0-cuda12.8-cudnn9-runtime"
     assert image == f"{key}@{lock.entries[key].digest}"
     kueue = next(r for r in platform.releases if r.name == "kueue")
