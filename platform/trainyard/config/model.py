@@ -370,7 +370,8 @@ class Rehearsal(Model):
         default=(), description="Controllers whose charts are not installed (CRDs and Trainyard objects still are).")
 
 
-# security.py builds on Model and the name types above, so it is imported here, not at the top.
+# security.py and multikueue.py build on Model and the name types above, so they are imported here, not at the top.
+from trainyard.config.multikueue import MultiKueue  # noqa: E402
 from trainyard.config.security import Security  # noqa: E402
 
 
@@ -393,6 +394,8 @@ class PlatformConfig(Model):
     lifecycle: Lifecycle = Field(default=Lifecycle(), description="Protection of data-holding resources.")
     rehearsal: Rehearsal = Field(default=Rehearsal(), description="Local rehearsal settings.")
     security: Security = Security()
+    multikueue: MultiKueue | None = Field(
+        default=None, description="MultiKueue role of this cluster (manager or worker); none = a single cluster.")
 
     def pool(self, name: str) -> GpuPool:
         return next(p for p in self.gpu_pools if p.name == name)

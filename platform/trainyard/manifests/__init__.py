@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import admission, crds, installs, kueue, network, runtimes, tenants
+from trainyard.manifests import admission, crds, installs, kueue, multikueue, network, runtimes, tenants
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest, object_id, object_key
@@ -76,6 +76,7 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
         concerns = (
             installs.build(config, lock),
             kueue.build(config),
+            multikueue.build(config),
             runtimes.build(config, root, lock),
             admission.build(config),
             tenants.build(config),
