@@ -55,8 +55,9 @@ class RenderedPlatform:
             raise KeyError(f"no concern {name!r} (concerns: {', '.join(c.name for c in self.concerns)})") from None
 
     def tenant_objects(self, tenant: str) -> tuple[Manifest, ...]:
-        """Everything every concern puts into one tenant's namespace, in concern order."""
-        return tuple(obj for concern in self.concerns for obj in concern.tenant_objects.get(tenant, ()))
+        """Everything every concern puts into one tenant's namespace: the Namespace first, then concern by concern."""
+        objects = [obj for concern in self.concerns for obj in concern.tenant_objects.get(tenant, ())]
+        return tuple(sorted(objects, key=lambda obj: obj["kind"] != "Namespace"))
 
     def by_kind(self, kind: str) -> list[Manifest]:
         return [o for o in self.all_objects if o["kind"] == kind]
