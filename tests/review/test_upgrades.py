@@ -16,10 +16,11 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, crds_dir, needs_crds
+from tests.review.conftest import git
 from trainyard import catalog
 from trainyard.manifests.crds import git_blob_sha
 from trainyard.project import open_stack
-from trainyard.review.diff import Side, review_platforms
+from trainyard.review.diff import Side, review_against_revision, review_platforms
 from trainyard.review.markdown import to_markdown
 
 OLD, NEW = "0.19.2", "0.19.3"
@@ -115,3 +116,31 @@ def test_an_upgrade_without_both_chart_directories_says_so(bumped: tuple[Side, S
     [upgrade] = review_platforms(*bumped, title="kueue bump").upgrades
     assert upgrade.chart_defaults is None
     assert f"kueue {NEW} not in" in upgrade.chart_note
+
+
+@needs_crds
+def test_a_catalog_default_that_differs_at_the_base_revision_shows_as_an_upgrade(
+        project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `diff --base REV` renders both sides with the work tree's code; the base side takes the
+    # default versions of the catalog file at REV (read, not imported), so a catalog bump shows.
+    source = crds_dir()
+    assert source is not None
+    mirror = tmp_path / "crds"
+    crds = _bumped_crds(mirror)
+    (mirror / "kueue" / f"v{OLD}").symlink_to(source / "kueue" / f"v{OLD}")
+    for component in ("jobset", "kubeflow-trainer"):
+        (mirror / component).symlink_to(source / component)
+    monkeypatch.setenv("TRAINYARD_CRDS_DIR", str(mirror))
+    old = catalog.release("kueue", OLD)
+    monkeypatch.setitem(catalog.RELEASES, ("kueue", NEW), dataclasses.replace(
+        old, version=NEW, tag=f"v{NEW}", crds=crds, image=dataclasses.replace(old.image, tag=f"v{NEW}")))
+    catalog_file = project / "platform" / "trainyard" / "catalog.py"
+    catalog_file.parent.mkdir(parents=True)
+    catalog_file.write_text(f'DEFAULT_VERSIONS: dict[str, str] = {{"kueue": "{NEW}", "jobset": "0.12.0", "trainer": "2.3.0"}}\n')
+    git(project, "add", ".")
+    git(project, "commit", "--quiet", "-m", "catalog at the base revision")
+    catalog_file.write_text(f'DEFAULT_VERSIONS: dict[str, str] = {{"kueue": "{OLD}", "jobset": "0.12.0", "trainer": "2.3.0"}}\n')
+    review = review_against_revision("demo", "HEAD", project)
+    [upgrade] = review.upgrades
+    assert (upgrade.component, upgrade.old_version, upgrade.new_version) == ("kueue", NEW, OLD)
+    assert {c.name for c in upgrade.crds} == {"clusterqueues.kueue.x-k8s.io", "cohorts.kueue.x-k8s.io"}

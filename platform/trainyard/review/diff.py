@@ -39,7 +39,7 @@ from trainyard.review.changes import (
     diff_values,
 )
 from trainyard.review.policy_delta import Evaluator, PolicyDelta, PolicyResult, policy_delta
-from trainyard.review.upgrades import ComponentUpgrade, upgrades
+from trainyard.review.upgrades import ComponentUpgrade, upgrades, with_catalog_defaults
 from trainyard.review.values import arrow, compact
 
 Renderer = Callable[[Stack], RenderedPlatform]
@@ -273,7 +273,8 @@ def review_against_revision(stack: str, rev: str, root: Path, *, evaluator: Eval
         base_file = tree / relative
         if base_file.is_file():
             try:
-                base = _side(resolved.label, open_stack(str(base_file), base_root), render)
+                base_stack = with_catalog_defaults(open_stack(str(base_file), base_root), base_root)
+                base = _side(resolved.label, base_stack, render)
             except ConfigError as exc:
                 problems = "; ".join(p.render(str(relative)) for p in exc.problems)
                 raise revision.RevisionError(f"stack {relative} at {rev} does not load: {problems}") from None

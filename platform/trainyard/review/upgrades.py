@@ -16,6 +16,7 @@ Each component links its notes in docs/upgrades.md (what to do before the bump).
 
 from __future__ import annotations
 
+import ast
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -28,9 +29,11 @@ from trainyard import catalog
 from trainyard.manifests import RenderedPlatform
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest
+from trainyard.project import Stack
 from trainyard.supply.chart_images import chart_name
 
 GUIDE = "docs/upgrades.md"
+CATALOG_FILE = Path("platform") / "trainyard" / "catalog.py"
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,46 @@ class ComponentUpgrade:
         if self.chart_defaults:
             parts.append(f"{len(self.chart_defaults)} chart defaults change under Trainyard's values")
         return "; ".join(parts) + f" (read {self.anchor} first)"
+
+
+def catalog_defaults_at(project: Path) -> dict[str, str]:
+    """``DEFAULT_VERSIONS`` of the catalog file in ``project`` (a revision's tree), read without importing it."""
+    try:
+        tree = ast.parse((project / CATALOG_FILE).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return {}
+    for node in tree.body:
+        target: ast.expr
+        if isinstance(node, ast.AnnAssign):
+            target, value_node = node.target, node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value_node = node.targets[0], node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id == "DEFAULT_VERSIONS" and value_node is not None:
+            try:
+                value = ast.literal_eval(value_node)
+            except ValueError:
+                return {}
+            return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+    return {}
+
+
+def with_catalog_defaults(stack: Stack, project: Path) -> Stack:
+    """``stack`` (a base revision's) with the versions its own catalog defaulted to, where the stack sets none.
+
+    ``trainyard diff --base REV`` renders both sides with the work tree's code, so a bump of the
+    catalog's ``DEFAULT_VERSIONS`` would otherwise be invisible: the base side takes the default of
+    the revision's catalog (if the work tree's catalog still knows that version).
+    """
+    defaults = catalog_defaults_at(project)
+    versions = stack.config.versions
+    update = {c: v for c, v in defaults.items() if c in type(versions).model_fields and c not in versions.model_fields_set
+              and getattr(versions, c) != v and (c, v) in catalog.RELEASES}
+    if not update:
+        return stack
+    config = stack.config.model_copy(update={"versions": versions.model_copy(update=update)})
+    return Stack(stack.name, stack.path, stack.root, config)
 
 
 def charts_dir() -> Path | None:
