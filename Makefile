@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml
 
 .PHONY: test
 test: setup lint typecheck helm ## Lint, type-check and run every offline test tier (unit, conformance, program, policy, review, charts)
-	$(BIN)/pytest -q -m "not cluster" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not cluster and not registry" $(PYTEST_ARGS)
 
 # The chart-truth tier renders the upstream charts with helm built from Go modules, so
 # `make test` builds it first (cached: instant when current; ~4 min cold on 2 cores).
@@ -73,7 +73,7 @@ bench: setup ## Benchmarks (print figures; never part of the tests)
 ##@ Rehearsal cluster and the real engine
 
 .PHONY: tools
-tools: ## Build etcd, kube-apiserver, the Pulumi CLI, the Kubernetes provider and helm from Go modules (cached)
+tools: ## Build every platform tool from Go modules (cached; tools/build.sh --list)
 	tools/build.sh all
 
 .PHONY: cluster-up cluster-down
@@ -89,6 +89,10 @@ up: cluster-up ## The main job: `pulumi up` of the local stack on the rehearsal 
 down: setup ## `pulumi destroy` of the local stack (CRDs and namespaces stay), then stop the cluster
 	tools/pulumi-local.sh destroy local --yes --skip-preview
 	tools/cluster.sh down
+
+.PHONY: test-registry
+test-registry: setup ## The registry tier: `trainyard images lock` against a real OCI registry on loopback (crane)
+	$(BIN)/pytest -q -m registry tests/registry $(PYTEST_ARGS)
 
 .PHONY: test-cluster
 test-cluster: setup ## The cluster tier: real kube-apiserver + etcd, real Pulumi engine and provider

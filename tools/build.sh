@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build Trainyard's local platform tools from pinned Go wrapper modules.
 #
-#   tools/build.sh [all|etcd|kube-apiserver|pulumi|pulumi-kubernetes|helm]...
+#   tools/build.sh [all|TOOL]...   TOOL: one of ALL_TOOLS below (--list prints them)
 #   tools/build.sh --check     exit 0 iff every binary is present and current
 #   tools/build.sh --list      print the tools and binaries
 #
@@ -28,7 +28,7 @@ fi
 export GOTOOLCHAIN=local
 export CGO_ENABLED="${CGO_ENABLED:-0}"
 
-ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm)
+ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
@@ -36,6 +36,7 @@ K8S_VERSION=v1.36.3
 PULUMI_VERSION=v3.274.1
 PULUMI_K8S_VERSION=4.25.0   # release the provider/v4 pseudo-version went into (docs/tools.md)
 HELM_VERSION=v3.22.0
+CRANE_VERSION=v0.22.1       # github.com/google/go-containerregistry (tools/crane/go.mod)
 
 # ------------------------------------------------------ per-tool definition
 # tool_bins TOOL  -> lines "binary-name go-package"
@@ -53,6 +54,7 @@ tool_bins() {
       ;;
     pulumi-kubernetes) echo "pulumi-resource-kubernetes ./cmd/pulumi-resource-kubernetes" ;;
     helm) echo "helm helm.sh/helm/v3/cmd/helm" ;;
+    crane) echo "crane github.com/google/go-containerregistry/cmd/crane" ;;
     *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]})" >&2; return 2 ;;
   esac
 }
@@ -93,6 +95,8 @@ tool_ldflags() {
         x+=" -X $p.k8sVersionMajor=$major -X $p.k8sVersionMinor=$minor"
       done
       ;;
+    # `crane version` reads this variable (cmd/crane/cmd/version.go); without it it prints "(devel)".
+    crane) x=" -X github.com/google/go-containerregistry/cmd/crane/cmd.Version=$CRANE_VERSION" ;;
   esac
   echo "-s -w$x"
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -52,6 +53,8 @@ def strict_crd_schema(schema: dict[str, Any]) -> dict[str, Any]:
             out.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
         if out.pop("nullable", False) and "type" in out:
             out["type"] = [out["type"], "null"]
+        if isinstance(out.get("pattern"), str):
+            out["pattern"] = _python_pattern(out["pattern"])
         preserve = out.pop("x-kubernetes-preserve-unknown-fields", False)
         for key in list(out):
             if key.startswith("x-kubernetes-"):
@@ -65,6 +68,13 @@ def strict_crd_schema(schema: dict[str, Any]) -> dict[str, Any]:
     strict.setdefault("properties", {})["metadata"] = {"$ref": "#/$defs/ObjectMeta"}
     strict["$defs"] = {"ObjectMeta": _object_meta_schema()}
     return strict
+
+
+def _python_pattern(pattern: str) -> str:
+    """A CRD pattern (Go RE2) that Python's re accepts: RE2 allows an inline flag group after ``^``
+    (Kueue's AdmissionCheck ``parameters.kind`` is ``^(?i)[a-z]...``); Python wants global flags first."""
+    match = re.match(r"^\^(\(\?[a-zA-Z]+\))", pattern)
+    return f"{match.group(1)}^{pattern[match.end():]}" if match else pattern
 
 
 def _object_meta_schema() -> dict[str, Any]:

@@ -103,18 +103,24 @@ def test_a_tenant_without_cohort_gets_no_borrowing_preemption() -> None:
     assert "borrowWithinCohort" not in spec["preemption"]
 
 
-def test_controller_images_come_from_the_mirror_with_pinned_tags() -> None:
-    from trainyard.manifests import installs
+def test_controller_images_come_from_the_mirror_pinned_by_the_lock() -> None:
+    from trainyard.manifests import image_lock, installs
+    from trainyard.supply.lock import ImageLock
 
-    releases = {r.name: r for r in installs.releases(stack("prod").config)}
-    # The JobSet chart reads no image.registry (tests/charts found it unread): the host is in the repository.
+    prod = stack("prod")
+    lock = image_lock(prod.config, prod.root)
+    digest = lock.entries["registry.trainyard.internal/mirror/jobset/jobset:v0.12.0"].digest
+    releases = {r.name: r for r in installs.releases(prod.config, lock)}
+    # The JobSet chart composes "<repository>:<tag>" and has no registry value.
     assert releases["jobset"].values["image"] == {
-        "repository": "registry.trainyard.internal/mirror/jobset/jobset", "tag": "v0.12.0", "pullPolicy": "IfNotPresent"}
+        "repository": "registry.trainyard.internal/mirror/jobset/jobset", "tag": f"v0.12.0@{digest}",
+        "pullPolicy": "IfNotPresent"}
     assert releases["kueue"].values["controllerManager"]["manager"]["image"]["repository"] == (
         "registry.trainyard.internal/mirror/kueue/kueue")
-    assert releases["trainer"].values["image"]["tag"] == "v2.3.0"
-    upstream = {r.name: r for r in installs.releases(stack("local").config)}
-    assert upstream["kueue"].values["controllerManager"]["manager"]["image"]["repository"] == "registry.k8s.io/kueue/kueue"
+    assert releases["trainer"].values["image"]["tag"].startswith("v2.3.0@sha256:")
+    upstream = {r.name: r for r in installs.releases(stack("local").config, ImageLock())}
+    assert upstream["kueue"].values["controllerManager"]["manager"]["image"] == {
+        "repository": "registry.k8s.io/kueue/kueue", "tag": "v0.19.2", "pullPolicy": "IfNotPresent"}
 
 
 def test_fake_nodes_carry_pool_labels_topology_gpu_capacity_and_are_ready() -> None:

@@ -23,6 +23,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from trainyard import post_render
+from trainyard.components import multikueue
 from trainyard.components.kubernetes_object import KubernetesObject
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import RenderedPlatform, render_platform
@@ -35,7 +36,8 @@ TYPE_PREFIX = "trainyard:platform"
 
 # Concerns that must wait for others (besides the CRDs, which everything waits for).
 # Kueue's and Trainer's webhooks validate queueing objects and runtimes.
-AFTER: dict[str, tuple[str, ...]] = {"queueing": ("controllers",), "runtimes": ("controllers",)}
+AFTER: dict[str, tuple[str, ...]] = {"queueing": ("controllers",), "runtimes": ("controllers",),
+                                     "multikueue": ("controllers",)}
 # Tenant namespaces are created only once their queues and the admission rules that guard them exist.
 TENANTS_AFTER: tuple[str, ...] = ("queueing", "admission")
 
@@ -153,6 +155,7 @@ class Platform(pulumi.ComponentResource):
             if not concern.objects and not concern.releases:
                 continue
             after = [self.groups[c] for c in AFTER.get(concern.name, ()) if c in self.groups]
+            concern = multikueue.with_kubeconfigs(config, concern, root)  # noqa: PLW2901 - deploy-time secrets put in
             self.groups[concern.name] = ConcernGroup(config, concern, namespaces, child, [self.crds, *after])
 
         tenant_after: list[pulumi.Resource] = [self.crds, *(self.groups[c] for c in TENANTS_AFTER if c in self.groups)]

@@ -124,6 +124,10 @@ def cluster_queue_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
     spec["preemption"] = preemption
     if settings.fair_sharing.enabled and tenant.fair_share_weight is not None:
         spec["fairSharing"] = {"weight": tenant.fair_share_weight}
+    if config.multikueue is not None and config.multikueue.role == "manager":
+        # Every workload of a manager's queue is dispatched to a worker. Ref: ClusterQueue v1beta2
+        # spec.admissionChecksStrategy (v1beta2 has no plain spec.admissionChecks list).
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": config.multikueue.admission_check}]}
     spec["resourceGroups"] = [{
         "coveredResources": [catalog.GPU_RESOURCE, "cpu", "memory"],
         "flavors": [

@@ -59,12 +59,14 @@ def image_tag(reference: str) -> str:
 
 
 def expected_controller_image(config: PlatformConfig, release: ChartRelease) -> str | None:
-    """The catalog image of the release's component, as the stack pulls it; None for charts without one."""
+    """The catalog image of the release's component as the stack pulls it (before any lock digest); None if none."""
+    from trainyard.supply.lock import ImageLock
+
     try:
-        registry, repository, tag = installs.controller_image(config, release.component)
+        image = installs.controller_image(config, release.component, ImageLock())
     except (AttributeError, KeyError):
         return None
-    return f"{registry}/{repository}:{tag}"
+    return image.tagged
 
 
 def image_problems(config: PlatformConfig, release: ChartRelease, images: list[str]) -> list[str]:
@@ -76,7 +78,7 @@ def image_problems(config: PlatformConfig, release: ChartRelease, images: list[s
         if "@sha256:" not in image and image_tag(image) in UNPINNED_TAGS:
             problems.append(f"image {image} is not pinned (tag {image_tag(image) or 'missing'})")
     expected = expected_controller_image(config, release)
-    if expected is not None and expected not in images:
+    if expected is not None and not any(i == expected or i.startswith(f"{expected}@") for i in images):
         problems.append(f"controller image {expected} (catalog, pinned) is not in the chart output")
     return problems
 
