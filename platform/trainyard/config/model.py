@@ -419,6 +419,12 @@ class Images(Model):
         "are pulled as <mirror><upstream repository>. Unset: the upstream registries.",
     )
 
+    lock_file: str = Field(
+        default="images.lock.yaml",
+        description="The image lock (relative to the project): image reference -> digest in the mirror. Runtimes and "
+        "chart values take their digests from it; `trainyard images lock STACK` fills it (docs/supply-chain.md).",
+    )
+
     @model_validator(mode="after")
     def _prefix(self) -> Images:
         if self.registry_mirror is not None and not self.registry_mirror.endswith("/"):
@@ -441,7 +447,8 @@ class Rehearsal(Model):
         default=(), description="Controllers whose charts are not installed (CRDs and Trainyard objects still are).")
 
 
-# security.py builds on Model and the name types above, so it is imported here, not at the top.
+# security.py and multikueue.py build on Model and the name types above, so they are imported here, not at the top.
+from trainyard.config.multikueue import MultiKueue  # noqa: E402
 from trainyard.config.security import Security  # noqa: E402
 
 
@@ -464,6 +471,8 @@ class PlatformConfig(Model):
     lifecycle: Lifecycle = Field(default=Lifecycle(), description="Protection of data-holding resources.")
     rehearsal: Rehearsal = Field(default=Rehearsal(), description="Local rehearsal settings.")
     security: Security = Security()
+    multikueue: MultiKueue | None = Field(
+        default=None, description="MultiKueue role of this cluster (manager or worker); none = a single cluster.")
 
     def pool(self, name: str) -> GpuPool:
         return next(p for p in self.gpu_pools if p.name == name)
