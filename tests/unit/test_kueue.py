@@ -111,7 +111,7 @@ def test_controller_images_come_from_the_mirror_pinned_by_the_lock() -> None:
     lock = image_lock(prod.config, prod.root)
     digest = lock.entries["registry.trainyard.internal/mirror/jobset/jobset:v0.12.0"].digest
     releases = {r.name: r for r in installs.releases(prod.config, lock)}
-    # The JobSet chart composes "<repository>:<tag>" and has no registry value.
+    # The JobSet chart reads no image.registry (tests/charts found it unread): the host is in the repository.
     assert releases["jobset"].values["image"] == {
         "repository": "registry.trainyard.internal/mirror/jobset/jobset", "tag": f"v0.12.0@{digest}",
         "pullPolicy": "IfNotPresent"}
@@ -137,3 +137,15 @@ def test_fake_nodes_carry_pool_labels_topology_gpu_capacity_and_are_ready() -> N
     assert node["status"]["conditions"][0] == {"type": "Ready", "status": "True", "reason": "KubeletReady",
                                                "message": "fake node of the Trainyard rehearsal"}
     assert node["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+
+
+def test_kueue_crds_carry_the_conversion_webhook_only_where_kueue_is_installed() -> None:
+    from trainyard import catalog
+
+    converted = {f"{plural}.kueue.x-k8s.io" for plural in catalog.KUEUE_CONVERTED_CRDS}
+    prod = {c["metadata"]["name"]: c for c in rendered("prod").crds if c["spec"]["group"] == "kueue.x-k8s.io"}
+    assert {n for n, c in prod.items() if "conversion" in c["spec"]} == converted
+    assert prod["workloads.kueue.x-k8s.io"]["spec"]["conversion"]["webhook"]["clientConfig"]["service"] == {
+        "name": "kueue-webhook-service", "namespace": "kueue-system", "path": "/convert"}
+    # The rehearsal marks Kueue external: nothing serves the webhook, so the CRDs stay as upstream's files.
+    assert not any("conversion" in c["spec"] for c in rendered("local").crds)

@@ -72,7 +72,7 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
     """Every object of the stack; ``lock`` replaces the stack's image lock file (``trainyard images lock``)."""
     try:
         lock = lock if lock is not None else image_lock(config, root)
-        crd_docs = crds.load_crds(config, CRD_COMPONENTS, stack_dir)
+        crd_docs = kueue.with_conversion_webhooks(config, crds.load_crds(config, CRD_COMPONENTS, stack_dir))
         # Every concern's builder, in apply order; a new concern adds one line (docs/architecture.md).
         concerns = (
             installs.build(config, lock),

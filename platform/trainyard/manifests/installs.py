@@ -33,6 +33,16 @@ class ChartRelease:
     values: dict[str, Any] = field(default_factory=dict)
     external: bool = False
 
+    @property
+    def chart_name(self) -> str:
+        """The chart's own name (``Chart.yaml`` ``name``), from an OCI reference or a repo chart name."""
+        return catalog.chart_name(self.chart)
+
+    @property
+    def mirror_dir(self) -> str:
+        """Where a chart mirror (../shared/charts) keeps this chart: ``<mirror_dir>/<version>/``."""
+        return catalog.chart_mirror_dir(self.chart_name)
+
     def as_document(self) -> dict[str, Any]:
         """What ``trainyard render`` writes for a chart (it is not a Kubernetes object)."""
         doc: dict[str, Any] = {"chart": self.chart, "version": self.version, "namespace": self.namespace,
@@ -93,12 +103,16 @@ def releases(config: PlatformConfig, lock: ImageLock | None = None) -> list[Char
     pins = lock if lock is not None else ImageLock()
     kueue_config = yaml.safe_dump(kueue.controller_configuration(config), sort_keys=False)
     jobset_image, kueue_image, trainer_image = (controller_image(config, c, pins) for c in ("jobset", "kueue", "trainer"))
-    # Tags are pinned explicitly: the Kueue chart's own default is "main" with pullPolicy Always.
+    # Tags are pinned explicitly: the git copies of the JobSet and Kueue charts default to staging
+    # images ("main", "release-0.19") with pullPolicy Always (../shared/charts/SOURCES.md).
     # Ref: the image lines of each chart's manager template: jobset templates/controller/deployment.yaml
     # ("{{ .Values.image.repository }}:{{ .Values.image.tag }}", no registry value), kueue
     # templates/manager/manager.yaml (controllerManager.manager.image.repository:tag), trainer
-    # templates/_helpers.tpl "trainer.image" (image.registry/image.repository:image.tag).
+    # templates/_helpers.tpl "trainer.image" (image.registry/image.repository:image.tag);
+    # tests/charts proves each chart reads every value set here.
     return [
+        # The JobSet chart has no image.registry: the repository carries the registry host
+        # (templates/controller/deployment.yaml: "{{ .Values.image.repository }}:{{ .Values.image.tag }}").
         _release(config, "jobset", {
             "image": {"repository": jobset_image.name, "tag": _tag(jobset_image), "pullPolicy": "IfNotPresent"},
         }),
