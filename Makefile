@@ -73,7 +73,7 @@ bench: setup ## Benchmarks (print figures; never part of the tests)
 ##@ Rehearsal cluster and the real engine
 
 .PHONY: tools
-tools: ## Build etcd, kube-apiserver, the Pulumi CLI, the Kubernetes provider, helm and crane from Go modules (cached)
+tools: ## Build every platform tool from Go modules (cached; tools/build.sh --list)
 	tools/build.sh all
 
 .PHONY: cluster-up cluster-down

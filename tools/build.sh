@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build Trainyard's local platform tools from pinned Go wrapper modules.
 #
-#   tools/build.sh [all|etcd|kube-apiserver|pulumi|pulumi-kubernetes|helm|crane]...
+#   tools/build.sh [all|TOOL]...   TOOL: one of ALL_TOOLS below (--list prints them)
 #   tools/build.sh --check     exit 0 iff every binary is present and current
 #   tools/build.sh --list      print the tools and binaries
 #

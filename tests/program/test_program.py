@@ -138,19 +138,6 @@ def test_data_holding_resources_are_retained_and_protected_as_the_stack_says(
             assert options[manifest_key(obj)] == {"protect": False, "retain_on_delete": False}
 
 
-def test_prod_refuses_placeholder_digests_and_declares_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    rendered("prod")
-    with pytest.raises(Exception, match=r"protects data and refuses images whose digest no registry reported") as caught:
-        run_program("prod", monkeypatch, lock="committed")
-    assert "registry.trainyard.internal/mirror/kueue/kueue:v0.19.2 has a placeholder digest" in str(caught.value)
-
-
-def test_local_deploys_with_placeholder_digests(monkeypatch: pytest.MonkeyPatch) -> None:
-    rendered("local")
-    registered, _ = run_program("local", monkeypatch, lock="committed")
-    assert any(r.typ.endswith(":ClusterTrainingRuntime") for r in registered.resources)
-
-
 def test_every_chart_is_declared_with_crds_skipped_and_trainyards_post_renderer(monkeypatch: pytest.MonkeyPatch) -> None:
     # Issue 13: skipCrds does not reach CRDs a chart renders as templates (Kueue); the
     # post-renderer drops them, so the Crds group's CRDs are the only ones applied.
@@ -188,3 +175,14 @@ def test_the_registered_post_renderer_leaves_no_crd_in_any_chart(monkeypatch: py
             assert installed == [o for o in raw if o["kind"] != "CustomResourceDefinition"], chart.name
     finally:
         renderer.close()
+def test_prod_refuses_placeholder_digests_and_declares_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    rendered("prod")
+    with pytest.raises(Exception, match=r"protects data and refuses images whose digest no registry reported") as caught:
+        run_program("prod", monkeypatch, lock="committed")
+    assert "registry.trainyard.internal/mirror/kueue/kueue:v0.19.2 has a placeholder digest" in str(caught.value)
+
+
+def test_local_deploys_with_placeholder_digests(monkeypatch: pytest.MonkeyPatch) -> None:
+    rendered("local")
+    registered, _ = run_program("local", monkeypatch, lock="committed")
+    assert any(r.typ.endswith(":ClusterTrainingRuntime") for r in registered.resources)

@@ -111,7 +111,7 @@ def test_controller_images_come_from_the_mirror_pinned_by_the_lock() -> None:
     lock = image_lock(prod.config, prod.root)
     digest = lock.entries["registry.trainyard.internal/mirror/jobset/jobset:v0.12.0"].digest
     releases = {r.name: r for r in installs.releases(prod.config, lock)}
-    # The JobSet chart reads no image.registry (tests/charts found it unread): the host is in the repository.
+    # The JobSet chart composes "<repository>:<tag>" and has no registry value.
     assert releases["jobset"].values["image"] == {
         "repository": "registry.trainyard.internal/mirror/jobset/jobset", "tag": f"v0.12.0@{digest}",
         "pullPolicy": "IfNotPresent"}

@@ -103,13 +103,11 @@ def releases(config: PlatformConfig, lock: ImageLock | None = None) -> list[Char
     pins = lock if lock is not None else ImageLock()
     kueue_config = yaml.safe_dump(kueue.controller_configuration(config), sort_keys=False)
     jobset_image, kueue_image, trainer_image = (controller_image(config, c, pins) for c in ("jobset", "kueue", "trainer"))
-    # Tags are pinned explicitly: the git copies of the JobSet and Kueue charts default to staging
-    # images ("main", "release-0.19") with pullPolicy Always (../shared/charts/SOURCES.md).
+    # Tags are pinned explicitly: the Kueue chart's own default is "main" with pullPolicy Always.
     # Ref: the image lines of each chart's manager template: jobset templates/controller/deployment.yaml
     # ("{{ .Values.image.repository }}:{{ .Values.image.tag }}", no registry value), kueue
     # templates/manager/manager.yaml (controllerManager.manager.image.repository:tag), trainer
-    # templates/_helpers.tpl "trainer.image" (image.registry/image.repository:image.tag);
-    # tests/charts proves each chart reads every value set here.
+    # templates/_helpers.tpl "trainer.image" (image.registry/image.repository:image.tag).
     return [
         # The JobSet chart has no image.registry: the repository carries the registry host
         # (templates/controller/deployment.yaml: "{{ .Values.image.repository }}:{{ .Values.image.tag }}").

@@ -34,7 +34,6 @@ from trainyard.manifests import RenderedPlatform, installs, kueue
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import object_id
 from trainyard.schemas import SchemaNotFound, Validator
-from trainyard.supply.lock import ImageLock
 
 UNPINNED_TAGS = frozenset({"", "latest", "main", "master"})
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
@@ -60,12 +59,14 @@ def image_tag(reference: str) -> str:
 
 
 def expected_controller_image(config: PlatformConfig, release: ChartRelease) -> str | None:
-    """The catalog image of the release's component, as the stack pulls it; None for charts without one."""
+    """The catalog image of the release's component as the stack pulls it (before any lock digest); None if none."""
+    from trainyard.supply.lock import ImageLock
+
     try:
         image = installs.controller_image(config, release.component, ImageLock())
     except (AttributeError, KeyError):
         return None
-    return image.tagged  # the digest comes from the image lock (trainyard.supply.lock)
+    return image.tagged
 
 
 def image_problems(config: PlatformConfig, release: ChartRelease, images: list[str]) -> list[str]:
@@ -77,7 +78,7 @@ def image_problems(config: PlatformConfig, release: ChartRelease, images: list[s
         if "@sha256:" not in image and image_tag(image) in UNPINNED_TAGS:
             problems.append(f"image {image} is not pinned (tag {image_tag(image) or 'missing'})")
     expected = expected_controller_image(config, release)
-    if expected is not None and expected not in {image.split("@", 1)[0] for image in images}:
+    if expected is not None and not any(i == expected or i.startswith(f"{expected}@") for i in images):
         problems.append(f"controller image {expected} (catalog, pinned) is not in the chart output")
     return problems
 
