@@ -81,11 +81,6 @@ TEMPLATE_IMAGES: dict[tuple[str, str], Callable[[Mapping[str, Any]], tuple[list[
 }
 
 
-def chart_name(release: ChartRelease) -> str:
-    """The chart's name: the last path part of its reference (``oci://registry.k8s.io/kueue/charts/kueue``)."""
-    return release.chart.rstrip("/").rsplit("/", 1)[-1]
-
-
 def rendered_images(objects: Sequence[Manifest]) -> list[str]:
     from trainyard.policy.pods import containers
 
@@ -98,9 +93,9 @@ def chart_images(release: ChartRelease, renderer: ChartRenderer | None = None) -
     render = renderer or RENDERER
     if render is not None:
         return ChartImages(release.name, tuple(rendered_images(render(release))), "rendered", "helm template")
-    derive = TEMPLATE_IMAGES.get((chart_name(release), release.version))
+    derive = TEMPLATE_IMAGES.get((release.chart_name, release.version))
     if derive is None:
         return ChartImages(release.name, (), "unknown",
-                           f"{chart_name(release)} {release.version}: images unknown until the chart is rendered")
+                           f"{release.chart_name} {release.version}: images unknown until the chart is rendered")
     images, note = derive(release.values)
     return ChartImages(release.name, tuple(sorted(images)), "templates", note)
