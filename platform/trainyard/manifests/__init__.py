@@ -12,13 +12,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import admission, crds, installs, kueue, network, runtimes, tenants
+from trainyard.manifests import admission, crds, installs, kueue, mlflow, network, runtimes, tenants
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest, object_id, object_key
 
 # Components whose CRDs the platform declares, in apply order (JobSet before Trainer, which uses it).
 CRD_COMPONENTS = ["jobset", "kueue", "trainer"]
+
+
+def crd_components(config: PlatformConfig) -> list[str]:
+    """CRD_COMPONENTS, plus those of the optional concerns the stack turns on."""
+    return CRD_COMPONENTS + (["cnpg"] if config.mlflow.enabled else [])
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,7 @@ class RenderError(Exception):
 
 def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None = None) -> RenderedPlatform:
     try:
-        crd_docs = crds.load_crds(config, CRD_COMPONENTS, stack_dir)
+        crd_docs = crds.load_crds(config, crd_components(config), stack_dir)
         # Every concern's builder, in apply order; a new concern adds one line (docs/architecture.md).
         concerns = (
             installs.build(config),
@@ -77,6 +82,7 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
             admission.build(config),
             tenants.build(config),
             network.build(config),
+            mlflow.build(config),
         )
     except (crds.CrdUnavailable, runtimes.RuntimeFileError) as exc:
         raise RenderError(str(exc)) from None
