@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml
 
 .PHONY: test
 test: setup lint typecheck ## Lint, type-check and run every offline test tier (unit, conformance, program, policy, review)
-	$(BIN)/pytest -q -m "not cluster" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not cluster and not dataplane" $(PYTEST_ARGS)
 
 .PHONY: lint
 lint: setup ## ruff over the code, tests and policy pack
@@ -65,8 +65,9 @@ bench: setup ## Benchmarks (print figures; never part of the tests)
 ##@ Rehearsal cluster and the real engine
 
 .PHONY: tools
-tools: ## Build etcd, kube-apiserver, the Pulumi CLI and the Kubernetes provider from Go modules (cached)
+tools: ## Build etcd, kube-apiserver, the Pulumi CLI and the Kubernetes provider from Go modules, and the MLflow venv (cached)
 	tools/build.sh all
+	tools/mlflow/install.sh
 
 .PHONY: cluster-up cluster-down
 cluster-up: tools setup ## Start the local control plane (loopback) with the local stack's fake GPU nodes
@@ -85,6 +86,10 @@ down: setup ## `pulumi destroy` of the local stack (CRDs and namespaces stay), t
 .PHONY: test-cluster
 test-cluster: setup ## The cluster tier: real kube-apiserver + etcd, real Pulumi engine and provider
 	$(BIN)/pytest -q -m cluster tests/cluster $(PYTEST_ARGS)
+
+.PHONY: test-dataplane
+test-dataplane: setup ## The dataplane tier: real MLflow (tools venv) + Debian PostgreSQL + SeaweedFS (or moto while absent)
+	$(BIN)/pytest -q -m dataplane tests/dataplane $(PYTEST_ARGS)
 
 .PHONY: clean
 clean: ## Remove rendered output and caches in the repo (not the tools cache)
