@@ -19,7 +19,6 @@ from tests.conftest import STACKS, rendered, stack
 from trainyard.manifests import kueue
 from trainyard.schemas import Validator, strict_crd_schema
 
-
 # Kinds whose CRD the mirror does not hold, so no schema can be applied: the barman-cloud
 # plugin's ObjectStore (neither plugin-barman-cloud's CRD nor its chart is in ../shared).
 # Once a mirror holds the CRD, these objects are validated like every other.

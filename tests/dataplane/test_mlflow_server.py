@@ -22,7 +22,6 @@ model (default permission NO_PERMISSIONS). The run log (commands and responses) 
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import secrets
@@ -73,7 +72,7 @@ def _wait_http(url: str, what: str, proc: subprocess.Popen[bytes], output: Path,
             tail = output.read_text(errors="replace")[-3000:]
             raise RuntimeError(f"{what} exited with {proc.returncode}:\n{tail}")
         try:
-            with urllib.request.urlopen(url, timeout=2):  # noqa: S310 - loopback
+            with urllib.request.urlopen(url, timeout=2):
                 return
         except urllib.error.HTTPError:
             return  # it answers
@@ -155,7 +154,7 @@ def postgres(workdir: Path) -> Iterator[dict[str, Any]]:
 
 def _venv_python() -> Path:
     if not VENV_PYTHON.is_file():
-        pytest.skip(f"MLflow {APP_VERSION} venv not found at {VENV_PYTHON.parent.parent}: run `make tools` (tools/mlflow/install.sh)")
+        pytest.skip(f"MLflow {APP_VERSION} venv not found at {VENV_PYTHON.parent.parent}: run `make tools`")
     return VENV_PYTHON
 
 
@@ -186,7 +185,7 @@ def s3(workdir: Path) -> Iterator[dict[str, str]]:
     else:
         command = [str(python.parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)]
         server = "moto_server (stopgap: SeaweedFS binary not built at " + str(WEED) + ")"
-    proc = subprocess.Popen(command, stdout=(workdir / "s3.log").open("wb"), stderr=subprocess.STDOUT)  # noqa: S603
+    proc = subprocess.Popen(command, stdout=(workdir / "s3.log").open("wb"), stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{port}"
     try:
         _wait_http(endpoint, server, proc, workdir / "s3.log")
@@ -236,7 +235,7 @@ def server(workdir: Path, postgres: dict[str, Any], s3: dict[str, str]) -> Itera
            # flask_secret.yaml from Trainyard's flaskServerSecretKey (a generated value); required by basic-auth's CSRF.
            "MLFLOW_FLASK_SERVER_SECRET_KEY": _generated_value(mlflow_manifests.GENERATED_FLASK_KEY),
            "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
-    proc = subprocess.Popen(command, env=env, stdout=(workdir / "mlflow.log").open("wb"),  # noqa: S603
+    proc = subprocess.Popen(command, env=env, stdout=(workdir / "mlflow.log").open("wb"),
                             stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -259,7 +258,7 @@ def tenants(server: dict[str, Any]) -> dict[str, dict[str, str]]:
     users = next(o for o in platform.concern("mlflow").objects if o["metadata"]["name"] == mlflow_manifests.TENANT_USERS_SECRET)
     for user, password in generated.substitute(users["stringData"], values).items():
         (tenant_dir / user).write_text(password)
-    sync = subprocess.run([str(_venv_python()), str(mlflow_manifests.SYNC_SCRIPT)], capture_output=True, text=True,
+    sync = subprocess.run([str(_venv_python()), str(mlflow_manifests.SYNC_SCRIPT)], check=False, capture_output=True, text=True,
                           env={"MLFLOW_URL": server["url"], "ADMIN_USERNAME": server["admin"][0],
                                "ADMIN_PASSWORD": server["admin"][1], "TENANT_DIR": str(tenant_dir), "INTERVAL": "0"})
     log(f"$ python mlflow_tenant_sync.py (INTERVAL=0) -> exit {sync.returncode}")
@@ -275,11 +274,11 @@ def tenants(server: dict[str, Any]) -> dict[str, dict[str, str]]:
 
 
 def _http(url: str, auth: tuple[str, str] | None) -> int:
-    request = urllib.request.Request(url)  # noqa: S310 - loopback
+    request = urllib.request.Request(url)
     if auth is not None:
         request.add_header("Authorization", "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode())
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=30) as response:
             return int(response.status)
     except urllib.error.HTTPError as exc:
         return int(exc.code)
@@ -287,7 +286,8 @@ def _http(url: str, auth: tuple[str, str] | None) -> int:
 
 def _client(env: dict[str, str], *args: str) -> dict[str, str]:
     # A pod's environment: the tenant Secret only, no AWS key.
-    run = subprocess.run([str(_venv_python()), str(HERE / "mlflow_client.py"), *args], capture_output=True, text=True,
+    run = subprocess.run([str(_venv_python()), str(HERE / "mlflow_client.py"), *args], check=False, capture_output=True,
+                         text=True,
                          env={"PATH": os.environ["PATH"], "HOME": tempfile.gettempdir(), **env}, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     result: dict[str, str] = json.loads(run.stdout.strip().splitlines()[-1])

@@ -39,10 +39,10 @@ CLUSTER = "mlflow-db"
 DATABASE = "mlflow"
 AUTH_DATABASE = "mlflow_auth"
 DB_OWNER = "mlflow"
-DB_SECRET = "mlflow-db-app"
-ADMIN_SECRET = "mlflow-admin"
+DB_SECRET = "mlflow-db-app"  # noqa: S105 - a Secret name
+ADMIN_SECRET = "mlflow-admin"  # noqa: S105 - a Secret name
 ADMIN_USER = "admin"
-TENANT_USERS_SECRET = "mlflow-tenant-users"
+TENANT_USERS_SECRET = "mlflow-tenant-users"  # noqa: S105 - a Secret name
 SYNC_SCRIPT_CONFIGMAP = "mlflow-tenant-sync"
 BACKUP_OBJECT_STORE = "mlflow-backups"
 POSTGRES_PORT = 5432
@@ -53,8 +53,8 @@ CNPG_STATUS_PORT = 8000
 SERVICE_PORT = 80
 SYNC_SCRIPT = Path(__file__).parent / "files" / "mlflow_tenant_sync.py"
 
-GENERATED_ADMIN_PASSWORD = "mlflow/admin-password"
-GENERATED_DB_PASSWORD = "mlflow/postgres-password"
+GENERATED_ADMIN_PASSWORD = "mlflow/admin-password"  # noqa: S105 - the name of a generated value
+GENERATED_DB_PASSWORD = "mlflow/postgres-password"  # noqa: S105 - the name of a generated value
 GENERATED_FLASK_KEY = "mlflow/flask-secret-key"
 
 
@@ -83,7 +83,7 @@ def _image(config: PlatformConfig, image: catalog.Image) -> str:
     return f"{mirror}{image.repository}" if mirror else f"{image.registry}/{image.repository}"
 
 
-def _secret(name: str, namespace: str, data: dict[str, str], *, secret_type: str = "Opaque",
+def _secret(name: str, namespace: str, data: dict[str, str], *, secret_type: str = "Opaque",  # noqa: S107
             labels: dict[str, str] | None = None) -> Manifest:
     return {"apiVersion": "v1", "kind": "Secret", "metadata": metadata(name, namespace=namespace, labels=labels),
             "type": secret_type, "stringData": data}
@@ -103,7 +103,7 @@ def secrets(config: PlatformConfig) -> list[Manifest]:
         # CloudNativePG's bootstrap secret must be of type basic-auth, with the owner as username.
         # Ref: postgresql.cnpg.io_clusters.yaml spec.bootstrap.initdb.secret
         _secret(DB_SECRET, ns, {"username": DB_OWNER, "password": placeholder(GENERATED_DB_PASSWORD)},
-                secret_type="kubernetes.io/basic-auth"),
+                secret_type="kubernetes.io/basic-auth"),  # noqa: S106 - a Secret type
         _secret(TENANT_USERS_SECRET, ns, {t.name: placeholder(tenant_password_name(t.name)) for t in config.tenants}),
     ]
 
