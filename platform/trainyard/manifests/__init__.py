@@ -81,6 +81,7 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
             runtimes.build(config, root),
             admission.build(config),
             tenants.build(config),
+            runtimes.build_tenant_wiring(config),
             network.build(config),
             mlflow.build(config),
         )

@@ -188,8 +188,16 @@ def approved_runtime(config: PlatformConfig, source: Manifest) -> Manifest:
 def build(config: PlatformConfig, root: Path) -> Concern:
     """Runtimes: the approved ClusterTrainingRuntimes, loaded from the reviewed files."""
     directory = root / config.runtimes.directory
-    tenant_objects = ({t.name: (buckets_configmap(config, t.name, t.namespace_name),) for t in config.tenants}
-                      if wires_object_store(config) else {})
     return Concern("runtimes", objects=tuple(approved_runtime(config, load_runtime(directory / f"{name}.yaml", config))
-                                             for name in config.runtimes.approved),
-                   tenant_objects=tenant_objects)
+                                             for name in config.runtimes.approved))
+
+
+def build_tenant_wiring(config: PlatformConfig) -> Concern:
+    """What the wired runtimes read in each tenant namespace besides the Secrets: the bucket ConfigMap.
+
+    A concern of its own, after ``tenants``, because its objects live in the tenant namespaces.
+    """
+    if not wires_object_store(config):
+        return Concern("runtime-wiring")
+    return Concern("runtime-wiring", tenant_objects={
+        t.name: (buckets_configmap(config, t.name, t.namespace_name),) for t in config.tenants})
