@@ -335,6 +335,15 @@ def test_mlflow_with_trainyard_settings_isolates_tenants(server: dict[str, Any],
         LOG.extend(f"  {k}: {v}" for k, v in other_read.items())
         assert all(v.startswith("PERMISSION_DENIED") for v in other_read.values()), other_read
 
+        # The artifact proxy itself: what a client without the tracking API would call.
+        path = written["artifact_uri"].removeprefix("mlflow-artifacts:/") + "/model/adapter_config.json"
+        proxy = f"{server['url']}/api/2.0/mlflow-artifacts/artifacts/{path}"
+        for who, expected in ((first, 200), (second, 403), (None, 401)):
+            auth = (who, tenants[who]["MLFLOW_TRACKING_PASSWORD"]) if who else None
+            status = _http(proxy, auth)
+            log(f"$ GET /api/2.0/mlflow-artifacts/artifacts/{path} as {who or 'anonymous'} -> HTTP {status}")
+            assert status == expected
+
         other_write = _client(tenants[second], "write", f"{second}/eval", f"{second}-model")
         log(f"$ [{second}] its own experiment and model -> run {other_write['run_id']}, version {other_write['model_version']}")
         assert other_write["model_version"] == "1"
