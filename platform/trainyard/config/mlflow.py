@@ -19,42 +19,28 @@ from pydantic import AfterValidator, Field, model_validator
 
 from trainyard.config.model import Model, Name, Quantity
 
-_CRON6 = re.compile(r"^(\S+\s+){5}\S+$")
-_RETENTION = re.compile(r"^[1-9][0-9]*[dwm]$")
-_S3_PREFIX = re.compile(r"^[a-z0-9][a-z0-9._/-]*[a-z0-9]$")
-_HTTP_URL = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$")
+
+def _matching(pattern: str, what: str) -> AfterValidator:
+    """A validator that accepts strings matching ``pattern`` and names ``what`` was expected otherwise."""
+    compiled = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if not compiled.match(value):
+            raise ValueError(f"{value!r} is not {what}")
+        return value.rstrip("/")
+
+    return AfterValidator(check)
 
 
-def _cron6(value: str) -> str:
-    # CloudNativePG's ScheduledBackup uses Go's robfig/cron with a seconds field first.
-    # Ref: postgresql.cnpg.io_scheduledbackups.yaml spec.schedule ("...includes the seconds specifier").
-    if not _CRON6.match(value):
-        raise ValueError(f"{value!r} is not a 6-field schedule (seconds minute hour day month weekday), e.g. '0 0 2 * * *'")
-    return value
-
-
-def _retention(value: str) -> str:
-    if not _RETENTION.match(value):
-        raise ValueError(f"{value!r} is not a barman retention policy (a number and d, w or m, e.g. 30d)")
-    return value
-
-
-def _s3_prefix(value: str) -> str:
-    if not _S3_PREFIX.match(value):
-        raise ValueError(f"{value!r} is not a key prefix (lower-case letters, digits, '.', '_', '-', '/')")
-    return value
-
-
-def _http_url(value: str) -> str:
-    if not _HTTP_URL.match(value):
-        raise ValueError(f"{value!r} is not an http(s) endpoint URL without a path (e.g. http://s3.object-store.svc:8333)")
-    return value.rstrip("/")
-
-
-Cron6 = Annotated[str, AfterValidator(_cron6)]
-Retention = Annotated[str, AfterValidator(_retention)]
-S3Prefix = Annotated[str, AfterValidator(_s3_prefix)]
-HttpUrl = Annotated[str, AfterValidator(_http_url)]
+# CloudNativePG's ScheduledBackup uses Go's robfig/cron with a seconds field first.
+# Ref: postgresql.cnpg.io_scheduledbackups.yaml spec.schedule ("...includes the seconds specifier").
+Cron6 = Annotated[str, _matching(r"^(\S+\s+){5}\S+$",
+                                 "a 6-field schedule (seconds minute hour day month weekday), e.g. '0 0 2 * * *'")]
+Retention = Annotated[str, _matching(r"^[1-9][0-9]*[dwm]$", "a barman retention policy (a number and d, w or m, e.g. 30d)")]
+S3Prefix = Annotated[str, _matching(r"^[a-z0-9][a-z0-9._/-]*[a-z0-9]$",
+                                    "a key prefix (lower-case letters, digits, '.', '_', '-', '/')")]
+HttpUrl = Annotated[str, _matching(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$",
+                                   "an http(s) endpoint URL without a path (e.g. http://s3.object-store.svc:8333)")]
 
 
 class MlflowObjectStore(Model):
