@@ -46,7 +46,7 @@ def test_chart_values_turn_on_basic_auth_proxied_artifacts_and_postgres() -> Non
     # The staging stack pulls from its mirror, at the pinned tag.
     assert values["image"] == {"repository": "registry.trainyard.internal/mirror/burakince/mlflow", "tag": "3.15.1",
                                "pullPolicy": "IfNotPresent"}
-    cnpg = next(r for r in rendered("staging").releases if r.component == "cnpg")
+    cnpg = rendered("staging").concern("postgres-operator").releases[0]
     assert (cnpg.chart, cnpg.version, cnpg.values["crds"]) == ("cloudnative-pg", "0.29.0", {"create": False})
 
 

@@ -83,6 +83,7 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
             tenants.build(config),
             runtimes.build_tenant_wiring(config),
             network.build(config),
+            mlflow.build_operator(config),
             mlflow.build(config),
         )
     except (crds.CrdUnavailable, runtimes.RuntimeFileError) as exc:

@@ -337,23 +337,31 @@ def tenant_secret(config: PlatformConfig, tenant_name: str, namespace: str) -> M
     }, labels={TENANT_LABEL: tenant_name})
 
 
+def build_operator(config: PlatformConfig) -> Concern:
+    """The CloudNativePG operator: its namespace, policies and chart, applied before the Cluster it serves.
+
+    A concern of its own so that the PostgreSQL objects wait for the operator's webhooks
+    (``AFTER`` in components/platform.py), as queueing objects wait for Kueue's.
+    """
+    if not config.mlflow.enabled:
+        return Concern("postgres-operator")
+    cnpg = next(r for r in releases(config) if r.component == "cnpg")
+    objects: list[Manifest] = []
+    if not cnpg.external:
+        objects.append(_namespace(cnpg.namespace, "cnpg"))
+        objects += controller_policies(config, cnpg.namespace, "cnpg")
+    return Concern("postgres-operator", objects=tuple(objects), releases=(cnpg,))
+
+
 def build(config: PlatformConfig) -> Concern:
-    """MLflow: CNPG operator, PostgreSQL, backups, the server chart, its network policies and the tenant Secrets."""
+    """MLflow: PostgreSQL, backups, the server chart, its network policies and the tenant Secrets."""
     mlflow = config.mlflow
     if not mlflow.enabled:
         return Concern("mlflow")
     store = mlflow.object_store
     assert store is not None  # checked by the config model when enabled
-    chart_releases = releases(config)
-    objects: list[Manifest] = []
-    cnpg = next(r for r in chart_releases if r.component == "cnpg")
-    if not cnpg.external:
-        objects.append(_namespace(cnpg.namespace, "cnpg"))
-        objects += controller_policies(config, cnpg.namespace, "cnpg")
-    objects.append(_namespace(mlflow.namespace, "mlflow"))
-    objects += secrets(config)
-    objects.append(postgres_cluster(config))
-    objects.append(auth_database(config))
+    objects: list[Manifest] = [_namespace(mlflow.namespace, "mlflow"), *secrets(config),
+                               postgres_cluster(config), auth_database(config)]
     if mlflow.backup.enabled:
         objects.append(object_store_for_backups(config, store))
         objects.append(scheduled_backup(config))
@@ -362,6 +370,6 @@ def build(config: PlatformConfig) -> Concern:
     return Concern(
         "mlflow",
         objects=tuple(objects),
-        releases=tuple(chart_releases),
+        releases=tuple(r for r in releases(config) if r.component == "mlflow"),
         tenant_objects={t.name: (tenant_secret(config, t.name, t.namespace_name),) for t in config.tenants},
     )
