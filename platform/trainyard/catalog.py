@@ -67,9 +67,13 @@ class Release:
         return f"https://raw.githubusercontent.com/{owner_repo}/{self.tag}/{crd.repo_path}"
 
 
-_KUEUE_CRDS = tuple(
-    CrdFile(f"kueue.x-k8s.io_{plural}.yaml", f"config/components/crd/bases/kueue.x-k8s.io_{plural}.yaml", sha)
-    for plural, sha in (
+def _crd_files(group: str, directory: str, blobs: tuple[tuple[str, str], ...]) -> tuple[CrdFile, ...]:
+    """The controller-gen CRD files ``<group>_<plural>.yaml`` in ``directory``, with their pinned blob SHAs."""
+    return tuple(CrdFile(f"{group}_{plural}.yaml", f"{directory}/{group}_{plural}.yaml", sha) for plural, sha in blobs)
+
+
+_KUEUE_CRDS = _crd_files(
+    "kueue.x-k8s.io", "config/components/crd/bases", (
         ("admissionchecks", "317662baa1e7653915510c627ac91c020926c0ca"),
         ("clusterqueues", "a605e10a33050f30a5a31a5240444216a2a4f553"),
         ("cohorts", "0a66adc3e955bf3ab7717452f67269ce2e84fd9b"),
@@ -84,9 +88,8 @@ _KUEUE_CRDS = tuple(
     )
 )
 
-_TRAINER_CRDS = tuple(
-    CrdFile(f"trainer.kubeflow.org_{plural}.yaml", f"manifests/base/crds/trainer.kubeflow.org_{plural}.yaml", sha)
-    for plural, sha in (
+_TRAINER_CRDS = _crd_files(
+    "trainer.kubeflow.org", "manifests/base/crds", (
         ("clustertrainingruntimes", "567ec335d01e171ba0e41f63fc59da6cc34e4b9f"),
         ("trainingruntimes", "92de7e94370bd4f2b2e8468a97f7251607a88367"),
         ("trainjobs", "a5f2a17714acd92c11be743562498e83e20c25d1"),
@@ -103,9 +106,8 @@ _JOBSET_CRDS = (
 
 # CloudNativePG 1.30.0 CRDs (config/crd/bases at v1.30.0); the chart ships the same in templates/crds/crds.yaml.
 # Ref: ../shared/crds/SOURCES.md, "cloudnative-pg v1.30.0".
-_CNPG_CRDS = tuple(
-    CrdFile(f"postgresql.cnpg.io_{plural}.yaml", f"config/crd/bases/postgresql.cnpg.io_{plural}.yaml", sha)
-    for plural, sha in (
+_CNPG_CRDS = _crd_files(
+    "postgresql.cnpg.io", "config/crd/bases", (
         ("backups", "ffe59ea881c254ad64c0a9539ea40a43aab5852a"),
         ("clusterimagecatalogs", "60b4af20a3cf17f81085f480e2226ad65883d186"),
         ("clusters", "a65a1f0e93d46f092440ac42d1516a40822ca640"),
