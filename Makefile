@@ -89,7 +89,7 @@ test-cluster: setup ## The cluster tier: real kube-apiserver + etcd, real Pulumi
 
 .PHONY: test-dataplane
 test-dataplane: setup ## The dataplane tier: real MLflow (tools venv) + Debian PostgreSQL + SeaweedFS (or moto while absent)
-	$(BIN)/pytest -q -m dataplane tests/dataplane $(PYTEST_ARGS)
+	$(BIN)/pytest -q --tb=short -m dataplane tests/dataplane $(PYTEST_ARGS)
 
 .PHONY: clean
 clean: ## Remove rendered output and caches in the repo (not the tools cache)

@@ -81,10 +81,19 @@ def _wait_http(url: str, what: str, proc: subprocess.Popen[bytes], output: Path,
     raise RuntimeError(f"{what} did not answer on {url} within {seconds}s:\n{output.read_text(errors='replace')[-3000:]}")
 
 
+class _Generated(str):
+    """A generated value; its repr never shows it (pytest prints fixture values in failure reports)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'<generated>'"
+
+
 def _generated_value(name: str) -> str:
     # As the deploy-time component does: 40 letters and digits (GeneratedValue's "password" alphabet).
     spec = generated.GeneratedValue(name)
-    return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(spec.length))
+    return _Generated("".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(spec.length)))
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -267,7 +276,8 @@ def tenants(server: dict[str, Any]) -> dict[str, dict[str, str]]:
     out = {}
     for name in names:
         secret = next(o for o in platform.concern("mlflow").tenant_objects[name] if o["kind"] == "Secret")
-        env = generated.substitute(secret["stringData"], values)
+        env = {k: _Generated(v) if k == "MLFLOW_TRACKING_PASSWORD" else v
+               for k, v in generated.substitute(secret["stringData"], values).items()}
         env["MLFLOW_TRACKING_URI"] = server["url"]  # in-cluster: http://mlflow.mlflow.svc:80
         out[name] = env
     return out
