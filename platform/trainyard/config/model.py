@@ -344,6 +344,12 @@ class Images(Model):
         "are pulled as <mirror><upstream repository>. Unset: the upstream registries.",
     )
 
+    lock_file: str = Field(
+        default="images.lock.yaml",
+        description="The image lock (relative to the project): image reference -> digest in the mirror. Runtimes and "
+        "chart values take their digests from it; `trainyard images lock STACK` fills it (docs/supply-chain.md).",
+    )
+
     @model_validator(mode="after")
     def _prefix(self) -> Images:
         if self.registry_mirror is not None and not self.registry_mirror.endswith("/"):
@@ -366,8 +372,9 @@ class Rehearsal(Model):
         default=(), description="Controllers whose charts are not installed (CRDs and Trainyard objects still are).")
 
 
-# security.py and mlflow.py build on Model and the name types above, so they are imported here, not at the top.
+# security.py, multikueue.py and mlflow.py build on Model and the name types above, so they are imported here.
 from trainyard.config.mlflow import Mlflow  # noqa: E402
+from trainyard.config.multikueue import MultiKueue  # noqa: E402
 from trainyard.config.security import Security  # noqa: E402
 
 
@@ -390,6 +397,8 @@ class PlatformConfig(Model):
     lifecycle: Lifecycle = Field(default=Lifecycle(), description="Protection of data-holding resources.")
     rehearsal: Rehearsal = Field(default=Rehearsal(), description="Local rehearsal settings.")
     security: Security = Security()
+    multikueue: MultiKueue | None = Field(
+        default=None, description="MultiKueue role of this cluster (manager or worker); none = a single cluster.")
     mlflow: Mlflow = Field(default=Mlflow(), description="MLflow tracking server and model registry.")
 
     def pool(self, name: str) -> GpuPool:

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import admission, crds, installs, kueue, mlflow, network, runtimes, tenants
+from trainyard.manifests import admission, crds, installs, kueue, mlflow, multikueue, network, runtimes, tenants
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest, object_id, object_key
+from trainyard.supply.lock import ImageLock, LockFileError, load_lock
 
 # Components whose CRDs the platform declares, in apply order (JobSet before Trainer, which uses it).
 CRD_COMPONENTS = ["jobset", "kueue", "trainer"]
@@ -71,14 +72,18 @@ class RenderError(Exception):
     """The stack is valid but something it points at is not (a runtime file, a CRD source)."""
 
 
-def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None = None) -> RenderedPlatform:
+def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None = None,
+                    lock: ImageLock | None = None) -> RenderedPlatform:
+    """Every object of the stack; ``lock`` replaces the stack's image lock file (``trainyard images lock``)."""
     try:
-        crd_docs = crds.load_crds(config, crd_components(config), stack_dir)
+        lock = lock if lock is not None else image_lock(config, root)
+        crd_docs = kueue.with_conversion_webhooks(config, crds.load_crds(config, crd_components(config), stack_dir))
         # Every concern's builder, in apply order; a new concern adds one line (docs/architecture.md).
         concerns = (
-            installs.build(config),
+            installs.build(config, lock),
             kueue.build(config),
-            runtimes.build(config, root),
+            multikueue.build(config),
+            runtimes.build(config, root, lock),
             admission.build(config),
             tenants.build(config),
             runtimes.build_tenant_wiring(config),
@@ -86,11 +91,17 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
             mlflow.build_operator(config),
             mlflow.build(config),
         )
-    except (crds.CrdUnavailable, runtimes.RuntimeFileError) as exc:
+    except (crds.CrdUnavailable, runtimes.RuntimeFileError, LockFileError) as exc:
         raise RenderError(str(exc)) from None
     rendered = RenderedPlatform(tuple(crd_docs), concerns)
     _check_unique(list(rendered.all_objects))
     return rendered
+
+
+def image_lock(config: PlatformConfig, root: Path) -> ImageLock:
+    """The stack's image lock (``images.lock_file``, relative to the project root)."""
+    path = Path(config.images.lock_file)
+    return load_lock(path if path.is_absolute() else root / path)
 
 
 def _check_unique(objects: list[Manifest]) -> None:

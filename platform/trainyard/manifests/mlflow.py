@@ -43,6 +43,7 @@ DB_SECRET = "mlflow-db-app"  # noqa: S105 - a Secret name
 ADMIN_SECRET = "mlflow-admin"  # noqa: S105 - a Secret name
 ADMIN_USER = "admin"
 TENANT_USERS_SECRET = "mlflow-tenant-users"  # noqa: S105 - a Secret name
+FLASK_SECRET = "mlflow-flask-server-secret-key"  # noqa: S105 - the chart's name for it (fullname + suffix)
 SYNC_SCRIPT_CONFIGMAP = "mlflow-tenant-sync"
 BACKUP_OBJECT_STORE = "mlflow-backups"
 POSTGRES_PORT = 5432
@@ -105,6 +106,10 @@ def secrets(config: PlatformConfig) -> list[Manifest]:
         _secret(DB_SECRET, ns, {"username": DB_OWNER, "password": placeholder(GENERATED_DB_PASSWORD)},
                 secret_type="kubernetes.io/basic-auth"),  # noqa: S106 - a Secret type
         _secret(TENANT_USERS_SECRET, ns, {t.name: placeholder(tenant_password_name(t.name)) for t in config.tenants}),
+        # The chart makes this Secret only as a pre-install hook (templates/flask_secret.yaml), and Pulumi's
+        # helm.v4.Chart runs no hooks, so the server's envFrom would name a missing Secret. basic-auth's CSRF
+        # protection refuses to start without the key (found by the dataplane tier and chart truth).
+        _secret(FLASK_SECRET, ns, {"MLFLOW_FLASK_SERVER_SECRET_KEY": placeholder(GENERATED_FLASK_KEY)}),
     ]
 
 
@@ -252,8 +257,6 @@ def chart_values(config: PlatformConfig) -> dict[str, Any]:
             "postgres": {"enabled": True, "host": db_host, "port": POSTGRES_PORT, "database": AUTH_DATABASE,
                          "existingSecret": {"name": DB_SECRET, "usernameKey": "username", "passwordKey": "password"}},
         },
-        # Without a value the chart renders a random key on every render (a diff on every preview).
-        "flaskServerSecretKey": placeholder(GENERATED_FLASK_KEY),
         "serverAllowedHosts": allowed_hosts(mlflow),
         "extraContainers": [_tenant_sync_sidecar(config, f"{server_repository}:{server_image.tag}")],
         "extraVolumes": [

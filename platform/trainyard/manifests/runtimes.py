@@ -6,7 +6,9 @@ for topology-aware placement, and the data-plane wiring (``data_plane_wiring``):
 container reads the tenant's fixed-name Secrets with ``envFrom``, knows its TrainJob's
 name and its checkpoint location, and the initializer steps get the S3 settings Trainer's
 initializers read. Images must come from an approved registry and be pinned by digest, so
-what was reviewed is what runs.
+what was reviewed is what runs: a runtime file names an image by tag and the image lock
+(``trainyard.supply.lock``) supplies the digest the mirror serves, rendered as
+``<name>:<tag>@<digest>``; a file may also pin a digest itself.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from trainyard.manifests.meta import (
     Manifest,
     metadata,
 )
+from trainyard.supply.lock import ImageLock
+from trainyard.supply.reference import ImageRef, ReferenceError
 
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 # Ref: https://kueue.sigs.k8s.io/docs/concepts/topology_aware_scheduling/#user-facing-apis
@@ -79,7 +83,9 @@ def containers_of(runtime: Manifest) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def load_runtime(path: Path, config: PlatformConfig) -> Manifest:
+def load_runtime(path: Path, config: PlatformConfig, lock: ImageLock | None = None) -> Manifest:
+    """The runtime in ``path``, checked, with every image pinned by the lock's digest."""
+    pins = lock if lock is not None else ImageLock()
     shown = str(path)
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -102,8 +108,14 @@ def load_runtime(path: Path, config: PlatformConfig) -> Manifest:
         if not image_allowed(image, config.runtimes.approved_registries):
             raise RuntimeFileError(shown, f"{field}.image", f"{image!r} is not from an approved registry "
                                 f"({', '.join(config.runtimes.approved_registries)})")
-        if not DIGEST.search(image):
-            raise RuntimeFileError(shown, f"{field}.image", f"{image!r} is not pinned by digest (@sha256:...)")
+        try:
+            pinned = pins.pin(ImageRef.parse(image))
+        except ReferenceError as exc:
+            raise RuntimeFileError(shown, f"{field}.image", str(exc)) from None
+        if pinned.digest is None:
+            raise RuntimeFileError(shown, f"{field}.image", f"{image!r} is not pinned by digest: no @sha256: in the "
+                                   f"file and no entry in the image lock (`trainyard images lock STACK`)")
+        container["image"] = str(pinned)
     return doc
 
 
@@ -185,11 +197,12 @@ def approved_runtime(config: PlatformConfig, source: Manifest) -> Manifest:
     return runtime
 
 
-def build(config: PlatformConfig, root: Path) -> Concern:
+def build(config: PlatformConfig, root: Path, lock: ImageLock | None = None) -> Concern:
     """Runtimes: the approved ClusterTrainingRuntimes, loaded from the reviewed files."""
     directory = root / config.runtimes.directory
-    return Concern("runtimes", objects=tuple(approved_runtime(config, load_runtime(directory / f"{name}.yaml", config))
-                                             for name in config.runtimes.approved))
+    return Concern("runtimes", objects=tuple(
+        approved_runtime(config, load_runtime(directory / f"{name}.yaml", config, lock))
+        for name in config.runtimes.approved))
 
 
 def build_tenant_wiring(config: PlatformConfig) -> Concern:
