@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml
 
 .PHONY: test
 test: setup lint typecheck helm ## Lint, type-check and run every offline test tier (unit, conformance, program, policy, review, charts)
-	$(BIN)/pytest -q -m "not cluster and not registry" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not cluster and not registry and not dataplane" $(PYTEST_ARGS)
 
 # The chart-truth tier renders the upstream charts with helm built from Go modules, so
 # `make test` builds it first (cached: instant when current; ~4 min cold on 2 cores).
@@ -74,8 +74,9 @@ bench: setup ## Benchmarks (print figures; never part of the tests)
 ##@ Rehearsal cluster and the real engine
 
 .PHONY: tools
-tools: ## Build every platform tool from Go modules (cached; tools/build.sh --list)
+tools: ## Build every platform tool from Go modules (cached; tools/build.sh --list), and the MLflow venv
 	tools/build.sh all
+	tools/mlflow/install.sh
 
 .PHONY: cluster-up cluster-down
 cluster-up: tools setup ## Start the local control plane (loopback) with the local stack's fake GPU nodes
@@ -98,6 +99,10 @@ test-registry: setup ## The registry tier: `trainyard images lock` against a rea
 .PHONY: test-cluster
 test-cluster: setup ## The cluster tier: real kube-apiserver + etcd, real Pulumi engine and provider
 	$(BIN)/pytest -q -m cluster tests/cluster $(PYTEST_ARGS)
+
+.PHONY: test-dataplane
+test-dataplane: setup ## The dataplane tier: real MLflow (tools venv) + Debian PostgreSQL + SeaweedFS (or moto while absent)
+	$(BIN)/pytest -q --tb=short -m dataplane tests/dataplane $(PYTEST_ARGS)
 
 .PHONY: clean
 clean: ## Remove rendered output and caches in the repo (not the tools cache)

@@ -19,6 +19,11 @@ from tests.conftest import STACKS, rendered, stack
 from trainyard.manifests import kueue
 from trainyard.schemas import Validator, strict_crd_schema
 
+# Kinds whose CRD the mirror does not hold, so no schema can be applied: the barman-cloud
+# plugin's ObjectStore (neither plugin-barman-cloud's CRD nor its chart is in ../shared).
+# Once a mirror holds the CRD, these objects are validated like every other.
+NOT_IN_MIRROR = frozenset({("barmancloud.cnpg.io/v1", "ObjectStore")})
+
 
 @pytest.fixture(scope="module")
 def validator(crds: Path) -> Validator:
@@ -28,7 +33,12 @@ def validator(crds: Path) -> Validator:
 @pytest.mark.parametrize("name", STACKS)
 def test_every_rendered_object_passes_its_strict_schema(name: str, validator: Validator) -> None:
     platform = rendered(name)
-    errors = [str(e) for obj in platform.all_objects for e in validator.errors(obj)]
+    checked = [o for o in platform.all_objects
+               if validator.knows(o["apiVersion"], o["kind"]) or (o["apiVersion"], o["kind"]) not in NOT_IN_MIRROR]
+    unchecked = sorted({f"{o['apiVersion']} {o['kind']}" for o in platform.all_objects if o not in checked})
+    if unchecked:
+        print(f"{name}: no CRD in the mirror, not schema-checked: {', '.join(unchecked)}")
+    errors = [str(e) for obj in checked for e in validator.errors(obj)]
     assert errors == [], "\n".join(errors)
     assert len(platform.all_objects) > 30
 

@@ -82,6 +82,16 @@ CASES: dict[str, Case] = {
           "stringData": {"AWS_SECRET_ACCESS_KEY": "hunter2"}}],
         [pod(container(env=[{"name": "AWS_SECRET_ACCESS_KEY",
                              "valueFrom": {"secretKeyRef": {"name": "s3", "key": "secret"}}}]))]),
+    "mlflow-auth-on": lambda _: (
+        [pod(container(command=["mlflow"], args=["server", "--host=0.0.0.0"]))],
+        [pod(container(command=["mlflow"], args=["server", "--host=0.0.0.0", "--app-name=basic-auth"]))]),
+    "no-inline-mlflow-credentials": lambda _: (
+        [with_change(trainjob(), "spec.trainer.env", [{"name": "MLFLOW_TRACKING_PASSWORD", "value": "x"}]),
+         with_change(trainjob(), "spec.trainer.env", [{"name": "MLFLOW_TRACKING_URI",
+                                                       "value": "http://eval:pw@mlflow.mlflow.svc"}]),
+         with_change(trainjob(), "spec.trainer.env", [{"name": "MLFLOW_TRACKING_USERNAME", "valueFrom": {
+             "secretKeyRef": {"name": "borrowed", "key": "user"}}}])],
+        [with_change(trainjob(), "spec.trainer.env", [{"name": "MLFLOW_EXPERIMENT_NAME", "value": "sft"}])]),
     "trainjob-approved-runtime": lambda _: ([with_change(trainjob(), "spec.runtimeRef.name", "my-own-runtime")], [trainjob()]),
     "trainjob-queue-label": lambda objs: ([*objs, trainjob({PRIORITY_CLASS_LABEL: "standard"})], [*objs, trainjob()]),
     "trainjob-priority-class": lambda _: ([trainjob({QUEUE_NAME_LABEL: "default", PRIORITY_CLASS_LABEL: "critical"})],
@@ -127,6 +137,8 @@ def _context(rule_id: str, flagged: bool) -> Context:
     config = stack("prod").config
     if rule_id == "data-protected":
         return Context(config, protection=lambda _: not flagged)
+    if rule_id == "mlflow-auth-on" and flagged:
+        return Context(config.model_copy(update={"mlflow": config.mlflow.model_copy(update={"auth": False})}))
     if rule_id == "security-references-exist" and flagged:
         admission = config.security.admission.model_copy(update={"training_runtime_tenants": ("no-such-team",)})
         security = config.security.model_copy(update={"admission": admission})

@@ -36,8 +36,9 @@ TYPE_PREFIX = "trainyard:platform"
 
 # Concerns that must wait for others (besides the CRDs, which everything waits for).
 # Kueue's and Trainer's webhooks validate queueing objects and runtimes.
+# MLflow's PostgreSQL Cluster and Database are admitted by the CloudNativePG operator's webhooks.
 AFTER: dict[str, tuple[str, ...]] = {"queueing": ("controllers",), "runtimes": ("controllers",),
-                                     "multikueue": ("controllers",)}
+                                     "multikueue": ("controllers",), "mlflow": ("postgres-operator",)}
 # Tenant namespaces are created only once their queues and the admission rules that guard them exist.
 TENANTS_AFTER: tuple[str, ...] = ("queueing", "admission")
 

@@ -154,10 +154,12 @@ class Versions(Model):
     kueue: str = Field(default=catalog.DEFAULT_VERSIONS["kueue"], description="Kueue release (chart and CRDs).")
     jobset: str = Field(default=catalog.DEFAULT_VERSIONS["jobset"], description="JobSet release (chart and CRD).")
     trainer: str = Field(default=catalog.DEFAULT_VERSIONS["trainer"], description="Kubeflow Trainer release (chart and CRDs).")
+    cnpg: str = Field(default=catalog.DEFAULT_VERSIONS["cnpg"], description="CloudNativePG operator release (chart and CRDs).")
+    mlflow: str = Field(default=catalog.DEFAULT_VERSIONS["mlflow"], description="MLflow community chart release.")
 
     @model_validator(mode="after")
     def _known(self) -> Versions:
-        for component in ("kueue", "jobset", "trainer"):
+        for component in ("kueue", "jobset", "trainer", "cnpg", "mlflow"):
             version = getattr(self, component)
             if (component, version) not in catalog.RELEASES:
                 known = ", ".join(catalog.known_versions(component))
@@ -443,11 +445,12 @@ class Lifecycle(Model):
 class Rehearsal(Model):
     """Local rehearsal: which upstream controllers are external (CRDs and config applied, no Deployments)."""
 
-    external_controllers: tuple[Literal["kueue", "jobset", "trainer"], ...] = Field(
+    external_controllers: tuple[Literal["kueue", "jobset", "trainer", "cnpg", "mlflow"], ...] = Field(
         default=(), description="Controllers whose charts are not installed (CRDs and Trainyard objects still are).")
 
 
-# security.py and multikueue.py build on Model and the name types above, so they are imported here, not at the top.
+# security.py, multikueue.py and mlflow.py build on Model and the name types above, so they are imported here.
+from trainyard.config.mlflow import Mlflow  # noqa: E402
 from trainyard.config.multikueue import MultiKueue  # noqa: E402
 from trainyard.config.security import Security  # noqa: E402
 
@@ -473,6 +476,7 @@ class PlatformConfig(Model):
     security: Security = Security()
     multikueue: MultiKueue | None = Field(
         default=None, description="MultiKueue role of this cluster (manager or worker); none = a single cluster.")
+    mlflow: Mlflow = Field(default=Mlflow(), description="MLflow tracking server and model registry.")
 
     def pool(self, name: str) -> GpuPool:
         return next(p for p in self.gpu_pools if p.name == name)
@@ -559,6 +563,33 @@ class PlatformConfig(Model):
                     + ("" if self.topology else " (the stack defines no topology)"),
                 )
         return self
+
+    @model_validator(mode="after")
+    def _mlflow_reachable(self) -> PlatformConfig:
+        """Tenants' egress allow to MLflow must point at the MLflow that is deployed (namespace, pods, port)."""
+        if not self.mlflow.enabled:
+            return self
+        endpoint = self.security.network.mlflow
+        where = ("security", "network", "mlflow")
+        if endpoint is None:
+            raise FieldError(where, "MLflow is enabled: tenants need security.network.mlflow to reach it "
+                                    f"(namespace {self.mlflow.namespace}, port {MLFLOW_PORT})")
+        if endpoint.namespace != self.mlflow.namespace:
+            raise FieldError((*where, "namespace"), f"MLflow runs in namespace {self.mlflow.namespace!r}, "
+                                                    f"not {endpoint.namespace!r}")
+        if endpoint.ports != (MLFLOW_PORT,):
+            raise FieldError((*where, "ports"), f"the MLflow pods listen on {MLFLOW_PORT} only (chart service.containerPort)")
+        unknown = {k: v for k, v in endpoint.pod_labels.items() if MLFLOW_POD_LABELS.get(k) != v}
+        if unknown:
+            raise FieldError((*where, "pod_labels"), f"the MLflow pods do not carry {unknown} "
+                                                     f"(they carry {MLFLOW_POD_LABELS})")
+        return self
+
+
+# The MLflow chart's container port and pod selector labels (values.yaml service.containerPort;
+# templates/_helpers.tpl mlflow.selectorLabels with release name "mlflow").
+MLFLOW_PORT = 5000
+MLFLOW_POD_LABELS = {"app": "mlflow", "app.kubernetes.io/name": "mlflow", "app.kubernetes.io/instance": "mlflow"}
 
 
 class FieldError(ValueError):

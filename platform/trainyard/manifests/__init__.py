@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import admission, crds, installs, kueue, multikueue, network, runtimes, tenants
+from trainyard.manifests import admission, crds, installs, kueue, mlflow, multikueue, network, runtimes, tenants
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest, object_id, object_key
@@ -20,6 +20,11 @@ from trainyard.supply.lock import ImageLock, LockFileError, load_lock
 
 # Components whose CRDs the platform declares, in apply order (JobSet before Trainer, which uses it).
 CRD_COMPONENTS = ["jobset", "kueue", "trainer"]
+
+
+def crd_components(config: PlatformConfig) -> list[str]:
+    """CRD_COMPONENTS, plus those of the optional concerns the stack turns on."""
+    return CRD_COMPONENTS + (["cnpg"] if config.mlflow.enabled else [])
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,7 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
     """Every object of the stack; ``lock`` replaces the stack's image lock file (``trainyard images lock``)."""
     try:
         lock = lock if lock is not None else image_lock(config, root)
-        crd_docs = kueue.with_conversion_webhooks(config, crds.load_crds(config, CRD_COMPONENTS, stack_dir))
+        crd_docs = kueue.with_conversion_webhooks(config, crds.load_crds(config, crd_components(config), stack_dir))
         # Every concern's builder, in apply order; a new concern adds one line (docs/architecture.md).
         concerns = (
             installs.build(config, lock),
@@ -81,7 +86,10 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
             runtimes.build(config, root, lock),
             admission.build(config),
             tenants.build(config),
+            runtimes.build_tenant_wiring(config),
             network.build(config),
+            mlflow.build_operator(config),
+            mlflow.build(config),
         )
     except (crds.CrdUnavailable, runtimes.RuntimeFileError, LockFileError) as exc:
         raise RenderError(str(exc)) from None
