@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build Trainyard's local platform tools from pinned Go wrapper modules.
 #
-#   tools/build.sh [all|etcd|kube-apiserver|pulumi|pulumi-kubernetes]...
+#   tools/build.sh [all|etcd|kube-apiserver|pulumi|pulumi-kubernetes|promtool]...
 #   tools/build.sh --check     exit 0 iff every binary is present and current
 #   tools/build.sh --list      print the tools and binaries
 #
@@ -28,13 +28,14 @@ fi
 export GOTOOLCHAIN=local
 export CGO_ENABLED="${CGO_ENABLED:-0}"
 
-ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes)
+ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes promtool)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
 K8S_VERSION=v1.36.3
 PULUMI_VERSION=v3.274.1
 PULUMI_K8S_VERSION=4.25.0   # release the provider/v4 pseudo-version went into (docs/tools.md)
+PROMTOOL_VERSION=3.16.0     # VERSION file of github.com/prometheus/prometheus v0.316.0
 
 # ------------------------------------------------------ per-tool definition
 # tool_bins TOOL  -> lines "binary-name go-package"
@@ -51,6 +52,7 @@ tool_bins() {
       echo "pulumi-language-python ./cmd/pulumi-language-python"
       ;;
     pulumi-kubernetes) echo "pulumi-resource-kubernetes ./cmd/pulumi-resource-kubernetes" ;;
+    promtool) echo "promtool github.com/prometheus/prometheus/cmd/promtool" ;;
     *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]})" >&2; return 2 ;;
   esac
 }
@@ -75,11 +77,19 @@ tool_ldflags() {
     pulumi) x=" -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" ;;
     pulumi-kubernetes)
       x=" -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$PULUMI_K8S_VERSION" ;;
+    promtool) x=" -X github.com/prometheus/common/version.Version=$PROMTOOL_VERSION" ;;
   esac
   echo "-s -w$x"
 }
 
-tool_buildflags() { echo "-trimpath -mod=readonly -buildvcs=false"; }
+tool_buildflags() {
+  case "$1" in
+    # Rule checks and rule tests need no service discovery: drop the optional SD plugins
+    # (cloud SDKs). Ref: prometheus README "Building with selected service discovery".
+    promtool) echo "-trimpath -mod=readonly -buildvcs=false -tags remove_all_sd" ;;
+    *) echo "-trimpath -mod=readonly -buildvcs=false" ;;
+  esac
+}
 
 # ------------------------------------------------------------------ helpers
 log() { printf '%s\n' "$*" >&2; }

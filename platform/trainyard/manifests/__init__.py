@@ -12,13 +12,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import admission, crds, installs, kueue, network, runtimes, tenants
+from trainyard.manifests import admission, crds, gpu_operator, installs, kueue, monitoring, network, runtimes, tenants
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest, object_id, object_key
 
-# Components whose CRDs the platform declares, in apply order (JobSet before Trainer, which uses it).
+# Components whose CRDs every stack declares, in apply order (JobSet before Trainer, which uses it).
 CRD_COMPONENTS = ["jobset", "kueue", "trainer"]
+
+
+def crd_components(config: PlatformConfig) -> list[tuple[str, str]]:
+    """(component, version) of every CRD set the stack declares: the core, then the GPU operator's and
+    the prometheus-operator's where the stack turns them on. All CRDs are applied before any other object."""
+    out = [(component, getattr(config.versions, component)) for component in CRD_COMPONENTS]
+    if config.gpu_operator is not None:
+        out.append(("gpu_operator", config.gpu_operator.version))
+    if config.monitoring.enabled and config.monitoring.declare_crds:
+        out.append(("prometheus_operator", config.versions.prometheus_operator))
+    return out
 
 
 @dataclass(frozen=True)
@@ -67,7 +78,7 @@ class RenderError(Exception):
 
 def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None = None) -> RenderedPlatform:
     try:
-        crd_docs = crds.load_crds(config, CRD_COMPONENTS, stack_dir)
+        crd_docs = crds.load_crds(config, crd_components(config), stack_dir)
         # Every concern's builder, in apply order; a new concern adds one line (docs/architecture.md).
         concerns = (
             installs.build(config),
@@ -76,6 +87,8 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
             admission.build(config),
             tenants.build(config),
             network.build(config),
+            gpu_operator.build(config),
+            monitoring.build(config),
         )
     except (crds.CrdUnavailable, runtimes.RuntimeFileError) as exc:
         raise RenderError(str(exc)) from None

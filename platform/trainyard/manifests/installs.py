@@ -44,13 +44,14 @@ class ChartRelease:
 
 def _release(config: PlatformConfig, component: str, values: dict[str, Any]) -> ChartRelease:
     pinned = catalog.release(component, getattr(config.versions, component))
+    chart, namespace, _ = pinned.installed()
     return ChartRelease(
         name=component,
         component=component,
-        chart=pinned.chart.chart,
-        repo=pinned.chart.repo,
+        chart=chart.chart,
+        repo=chart.repo,
         version=pinned.version,
-        namespace=pinned.namespace,
+        namespace=namespace,
         values=values,
         external=component in config.rehearsal.external_controllers,
     )
@@ -72,7 +73,12 @@ def namespaces(config: PlatformConfig) -> list[Manifest]:
 
 def controller_image(config: PlatformConfig, component: str) -> tuple[str, str, str]:
     """(registry, repository, tag) of a controller: upstream, or the same repository under the mirror."""
-    image = catalog.release(component, getattr(config.versions, component)).image
+    _, _, image = catalog.release(component, getattr(config.versions, component)).installed()
+    return mirrored(config, image)
+
+
+def mirrored(config: PlatformConfig, image: catalog.Image) -> tuple[str, str, str]:
+    """(registry, repository, tag) of an upstream image: as published, or the same repository under the mirror."""
     mirror = config.images.registry_mirror
     if mirror is None:
         return image.registry, image.repository, image.tag

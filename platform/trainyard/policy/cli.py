@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from trainyard.cli import EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
+from trainyard.manifests.gpu_operator import pod_security_exceptions
 from trainyard.manifests.meta import Manifest
 from trainyard.policy.crossguard import policy_config
 from trainyard.policy.engine import disabled_rules, evaluate
@@ -92,6 +93,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if findings:
         print(format_table(findings), end="")
     mandatory = sum(f.severity == "mandatory" for f in findings)
+    for exception in pod_security_exceptions(stack.config):
+        print(f"reviewed exception: Namespace/{exception.namespace} enforces Pod Security {exception.level} "
+              f"({exception.reason})")
     disabled = disabled_rules(stack.config)
     print(f"{stack.name}: {mandatory} mandatory, {len(findings) - mandatory} advisory findings "
           f"({len(RULES)} rules over {len(rendered.all_objects)} rendered + {len(extra)} extra objects"
