@@ -150,11 +150,11 @@ def flavor_resources(pool: GpuPool, quota: FlavorQuota, covered: list[str] | Non
         nominal = parse_quantity(explicit) if explicit is not None else gpu_share(pool, nominal_gpus, per_node)
         # Limits scale with the same ratio as the GPU limits.
         ratio = nominal / nominal_gpus if nominal_gpus else gpu_share(pool, 1, per_node)
-        out: dict[str, Any] = {"nominalQuota": format_quantity(nominal, binary=binary)}
+        out: dict[str, Any] = {"nominalQuota": _quantity_down(nominal, binary)}
         for limit, key in (("borrowing_limit", "borrowingLimit"), ("lending_limit", "lendingLimit")):
             gpus = equivalent(limit)
             if gpus is not None:
-                out[key] = format_quantity(ratio * gpus, binary=binary)
+                out[key] = _quantity_down(ratio * gpus, binary)
         return out
 
     def units(nominal: int, borrowing: int | None, lending: int | None) -> dict[str, Any]:
@@ -179,6 +179,16 @@ def flavor_resources(pool: GpuPool, quota: FlavorQuota, covered: list[str] | Non
         else:
             rows.append({"name": name, "nominalQuota": 0})
     return rows
+
+
+def _quantity_down(value: Fraction, binary: bool) -> str:
+    """``value`` as a quantity; a share that is no exact quantity (a seventh of a node for a 1g MIG slice)
+    is rounded down to the milli-CPU or the MiB, so a derived quota never exceeds its share."""
+    try:
+        return format_quantity(value, binary=binary)
+    except ValueError:
+        unit = Fraction(1024 * 1024) if binary else Fraction(1, 1000)
+        return format_quantity(unit * (value // unit), binary=binary)
 
 
 def local_queue_for(tenant: Tenant) -> Manifest:

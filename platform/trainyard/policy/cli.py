@@ -93,13 +93,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if findings:
         print(format_table(findings), end="")
     mandatory = sum(f.severity == "mandatory" for f in findings)
-    for exception in pod_security_exceptions(stack.config):
-        print(f"reviewed exception: Namespace/{exception.namespace} enforces Pod Security {exception.level} "
-              f"({exception.reason})")
     disabled = disabled_rules(stack.config)
     print(f"{stack.name}: {mandatory} mandatory, {len(findings) - mandatory} advisory findings "
           f"({len(RULES)} rules over {len(rendered.all_objects)} rendered + {len(extra)} extra objects"
           + (f"; disabled by the stack: {', '.join(disabled)}" if disabled else "") + ")")
+    for exception in pod_security_exceptions(stack.config):
+        print(f"reviewed exception: Namespace/{exception.namespace} enforces Pod Security {exception.level} "
+              f"({exception.reason})")
     return EXIT_VIOLATIONS if mandatory else EXIT_OK
 
 
