@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml
 
 .PHONY: test
 test: setup lint typecheck ## Lint, type-check and run every offline test tier (unit, conformance, program, policy, review)
-	$(BIN)/pytest -q -m "not cluster" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not cluster and not promtool" $(PYTEST_ARGS)
 
 .PHONY: lint
 lint: setup ## ruff over the code, tests and policy pack
@@ -65,7 +65,7 @@ bench: setup ## Benchmarks (print figures; never part of the tests)
 ##@ Rehearsal cluster and the real engine
 
 .PHONY: tools
-tools: ## Build etcd, kube-apiserver, the Pulumi CLI and the Kubernetes provider from Go modules (cached)
+tools: ## Build etcd, kube-apiserver, the Pulumi CLI, the Kubernetes provider and promtool from Go modules (cached)
 	tools/build.sh all
 
 .PHONY: cluster-up cluster-down
@@ -85,6 +85,10 @@ down: setup ## `pulumi destroy` of the local stack (CRDs and namespaces stay), t
 .PHONY: test-cluster
 test-cluster: setup ## The cluster tier: real kube-apiserver + etcd, real Pulumi engine and provider
 	$(BIN)/pytest -q -m cluster tests/cluster $(PYTEST_ARGS)
+
+.PHONY: test-monitoring
+test-monitoring: setup ## Alert rules through the real promtool (check rules, test rules); after `make tools`
+	$(BIN)/pytest -q -m promtool tests/monitoring $(PYTEST_ARGS)
 
 .PHONY: clean
 clean: ## Remove rendered output and caches in the repo (not the tools cache)

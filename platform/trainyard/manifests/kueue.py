@@ -181,7 +181,7 @@ def flavor_resources(pool: GpuPool, quota: FlavorQuota, covered: list[str] | Non
     return rows
 
 
-def _quantity_down(value: Fraction, binary: bool) -> str:
+def _quantity_down(value: Fraction, binary: bool) -> int | str:
     """``value`` as a quantity; a share that is no exact quantity (a seventh of a node for a 1g MIG slice)
     is rounded down to the milli-CPU or the MiB, so a derived quota never exceeds its share."""
     try:

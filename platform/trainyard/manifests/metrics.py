@@ -39,12 +39,15 @@ _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _MATCHERS = re.compile(r"\{[^}]*\}")
 _GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
 _RANGE = re.compile(r"\[[^\]]*\]")
+# Grafana's templating query label_values(<selector>, <label>): the second argument is a label name.
+_LABEL_VALUES = re.compile(r"label_values\((.*),\s*[A-Za-z_][A-Za-z0-9_]*\s*\)", re.DOTALL)
 _IDENTIFIER = re.compile(r"(?<![A-Za-z0-9_:.$])([A-Za-z_:][A-Za-z0-9_:]*)\b(?!\s*\()")
 
 
 def metric_names(expr: str) -> set[str]:
     """The metric names a PromQL expression selects (a small reader for the expressions Trainyard writes)."""
-    text = _STRING.sub('""', expr)
+    text = _LABEL_VALUES.sub(r"\1", expr)
+    text = _STRING.sub('""', text)
     text = _MATCHERS.sub("", text)
     text = _GROUPING.sub("", text)
     text = _RANGE.sub("", text)
