@@ -98,7 +98,8 @@ def test_every_kubernetes_resource_uses_the_explicit_provider(stack: str, monkey
 def test_charts_are_declared_only_for_controllers_that_are_not_external(monkeypatch: pytest.MonkeyPatch) -> None:
     rendered("prod")
     prod, _ = run_program("prod", monkeypatch)
-    assert sorted(r.name for r in prod.resources if r.typ == "kubernetes:helm.sh/v4:Chart") == ["jobset", "kueue", "trainer"]
+    assert sorted(r.name for r in prod.resources if r.typ == "kubernetes:helm.sh/v4:Chart") == [
+        "gpu-operator", "jobset", "kueue", "trainer"]
     local, _ = run_program("local", monkeypatch)
     assert [r.name for r in local.resources if r.typ == "kubernetes:helm.sh/v4:Chart"] == []
 
