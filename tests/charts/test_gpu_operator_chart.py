@@ -39,7 +39,7 @@ def helm_template(stack: str, tmp_path: Path) -> list[dict[str, Any]]:
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump(release.values))
     assert HELM is not None
-    result = subprocess.run([HELM, "template", release.name, str(CHART), "--namespace", release.namespace,  # noqa: S603
+    result = subprocess.run([HELM, "template", release.name, str(CHART), "--namespace", release.namespace,
                              "--values", str(values), "--skip-crds"], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 import yaml
 
 from tests.conftest import ROOT, rendered, stack

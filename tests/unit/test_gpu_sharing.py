@@ -39,7 +39,9 @@ def test_capacity_follows_the_layout_eight_h200_times_seven_slices_is_56() -> No
 
 def test_cluster_queue_covers_slices_and_replicas_with_zero_where_a_flavor_has_none() -> None:
     queue = next(o for o in rendered(SHARING).by_kind("ClusterQueue") if o["metadata"]["name"] == "notebooks")
-    (group,) = queue["spec"]["resourceGroups"]
+    group, budget = queue["spec"]["resourceGroups"]
+    assert budget == {"coveredResources": ["trainyard.dev/mig-slices"], "flavors": [
+        {"name": "mig-slices", "resources": [{"name": "trainyard.dev/mig-slices", "nominalQuota": 40}]}]}
     assert group["coveredResources"] == ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.18gb",
                                          "cpu", "memory"]
     flavors = {f["name"]: {r["name"]: r for r in f["resources"]} for f in group["flavors"]}
@@ -119,3 +121,31 @@ def test_capacity_shows_slices_next_to_whole_gpus(capsys: pytest.CaptureFixture[
     assert "| h200-mig | mig-mixed | nvidia.com/mig-1g.18gb | 8 | 56 | 1/7 | 56 | 0 | 100% |" in out
     assert "| l40s-shared | time-sliced x4 | nvidia.com/gpu.shared | 16 | 64 | 1/4 | 64 | 0 | 100% |" in out
     assert "| h200-mig | nvidia.com/mig-1g.18gb | notebooks | org | 40 | 16 | unlimited | 56 |" in out
+
+
+def test_slice_budget_counts_each_mig_instance_as_its_compute_slices() -> None:
+    from trainyard.manifests.kueue import controller_configuration
+
+    transformations = controller_configuration(stack(SHARING).config)["resources"]["transformations"]
+    assert {t["input"]: t["outputs"]["trainyard.dev/mig-slices"] for t in transformations} == {
+        "nvidia.com/mig-1g.10gb": "1", "nvidia.com/mig-1g.18gb": "1", "nvidia.com/mig-2g.20gb": "2",
+        "nvidia.com/mig-3g.40gb": "3"}
+    assert {t["strategy"] for t in transformations} == {"Retain"}  # the per-profile quotas still apply
+    flavor = next(o for o in rendered(SHARING).by_kind("ResourceFlavor") if o["metadata"]["name"] == "mig-slices")
+    assert flavor["spec"] == {}
+    assert "resources" not in controller_configuration(stack("prod").config)
+
+
+def test_slice_budgets_over_the_mig_gpus_are_refused_by_field_path() -> None:
+    data = sharing_platform()
+    data["tenants"][2]["mig_slices"] = 49  # 24 + 40 + 49 > 112 = (8 + 8) MIG GPUs x 7
+    (problem,) = problems_of(data)
+    assert problem.startswith("trainyard:platform.tenants[2].mig_slices: ")
+    assert "add up to 113 with this one, but the MIG pools have 112 compute slices (16 MIG GPUs x 7)" in problem
+
+
+def test_a_tenant_with_mig_quota_needs_a_budget_when_the_budget_is_on() -> None:
+    data = sharing_platform()
+    del data["tenants"][1]["mig_slices"]
+    (problem,) = problems_of(data)
+    assert problem.startswith("trainyard:platform.tenants[1].mig_slices: ")

@@ -230,6 +230,19 @@ def advertised_resources(pool: GpuPool) -> dict[str, int]:
     return {name: per_node[name] * pool.nodes for name in order}
 
 
+def mig_gpus(pool: GpuPool) -> int:
+    """Physical GPUs of ``pool`` that are MIG-partitioned (in mixed strategy, the ones the slice budget counts)."""
+    if pool.mig is None or pool.mig.strategy != "mixed":
+        return 0
+    per_node = sum(pool.gpus_per_node if g.devices == "all" else len(g.devices) for g in pool.mig.layout if g.slices)
+    return per_node * pool.nodes
+
+
+def mig_resources(pools: tuple[GpuPool, ...]) -> list[str]:
+    """Every nvidia.com/mig-<profile> resource the pools advertise, sorted."""
+    return sorted({name for pool in pools for name in advertised_resources(pool) if name.startswith(MIG_PREFIX)})
+
+
 def gpu_equivalent(pool: GpuPool, resource: str) -> Fraction:
     """How much of a physical GPU one unit of ``resource`` on ``pool`` is (for CPU/memory shares and reports)."""
     if pool.time_slicing is not None:

@@ -83,10 +83,13 @@ class Model(BaseModel):
 
 # gpu_operator.py builds on Model and the name types above, so it is imported here, not at the top.
 from trainyard.config.gpu_operator import (  # noqa: E402
+    COMPUTE_SLICES,
+    MIG_PREFIX,
     GpuOperator,
     Mig,
     TimeSlicing,
     advertised_resources,
+    mig_gpus,
     validate_pool_sharing,
 )
 
@@ -273,6 +276,11 @@ class KueueSettings(Model):
     manage_jobs_without_queue_name: bool = Field(
         default=True, description="Suspend jobs in managed namespaces that name no queue (nothing bypasses quota)."
     )
+    mig_slice_budget: bool = Field(
+        default=False,
+        description="Also count every MIG instance as its compute slices (1g = 1 ... 7g = 7, a seventh of a GPU each) "
+        "in one budget per tenant (tenants[].mig_slices), through a Kueue resource transformation; per-profile quotas "
+        "still apply. See docs/components/gpu-operator.md.")
 
 
 class PriorityClass(Model):
@@ -340,6 +348,9 @@ class Tenant(Model):
     groups: tuple[str, ...] = Field(default=(), description="Identity-provider groups bound to the tenant role.")
     storage: StorageQuota = Field(default=StorageQuota(), description="Storage part of the namespace ResourceQuota.")
     max_trainjobs: int = Field(default=50, ge=0, description="ResourceQuota on TrainJob objects in the namespace.")
+    mig_slices: int | None = Field(
+        default=None, ge=0,
+        description="Budget of MIG compute slices across every MIG profile and pool (needs kueue.mig_slice_budget).")
 
     @property
     def namespace_name(self) -> str:
@@ -476,6 +487,7 @@ class PlatformConfig(Model):
 
         self._check_gpu_stack()
         self._check_shared_quotas()
+        self._check_slice_budget()
         if not self.allow_overcommit:
             for pool in self.gpu_pools:
                 committed = sum(q.gpus for t in self.tenants for q in t.quotas if q.flavor == pool.name)
@@ -525,6 +537,24 @@ class PlatformConfig(Model):
                 if namespace is not None and tenant.namespace_name == namespace:
                     raise FieldError(("tenants", index, "namespace"),
                                      f"namespace {namespace!r} is the {field}; a tenant cannot live there")
+
+    def _check_slice_budget(self) -> None:
+        """With the budget on, every tenant holding MIG quota has a budget, and the budgets fit the MIG GPUs."""
+        on = self.kueue.mig_slice_budget
+        total = sum(COMPUTE_SLICES * gpus for pool in self.gpu_pools for gpus in [mig_gpus(pool)])
+        committed = 0
+        for index, tenant in enumerate(self.tenants):
+            mig = any(q.resource.startswith(MIG_PREFIX) for quota in tenant.quotas for q in quota.shared)
+            if tenant.mig_slices is not None and not on:
+                raise FieldError(("tenants", index, "mig_slices"), "set kueue.mig_slice_budget: true to use mig_slices")
+            if on and mig and tenant.mig_slices is None:
+                raise FieldError(("tenants", index, "mig_slices"),
+                                 "the tenant has MIG quotas and kueue.mig_slice_budget is on: give it a mig_slices budget")
+            committed += tenant.mig_slices or 0
+            if on and not self.allow_overcommit and committed > total:
+                raise FieldError(("tenants", index, "mig_slices"),
+                                 f"mig_slices budgets add up to {committed} with this one, but the MIG pools have "
+                                 f"{total} compute slices ({total // COMPUTE_SLICES} MIG GPUs x {COMPUTE_SLICES})")
 
     def _check_shared_quotas(self) -> None:
         """Shared quotas name resources their pool advertises and, summed, fit its slices or replicas."""

@@ -13,13 +13,17 @@ from fractions import Fraction
 from typing import Any
 
 from trainyard import catalog
-from trainyard.config.gpu_operator import advertised_resources, gpu_equivalent
+from trainyard.config.gpu_operator import MIG_PREFIX, advertised_resources, compute_slices, gpu_equivalent, mig_resources
 from trainyard.config.model import FlavorQuota, GpuPool, PlatformConfig, Tenant, gpu_share
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import DEFAULT_LOCAL_QUEUE, TENANT_LABEL, Manifest, metadata
 from trainyard.quantity import format_quantity, parse_quantity
 
 API = catalog.KUEUE_API
+# The MIG slice budget (kueue.mig_slice_budget): a resource no pod requests, derived by a Kueue resource
+# transformation from each MIG instance a pod requests, and a flavor without node labels that holds its quota.
+MIG_SLICES = "trainyard.dev/mig-slices"
+MIG_SLICE_FLAVOR = "mig-slices"
 
 
 def topology(config: PlatformConfig) -> list[Manifest]:
@@ -102,6 +106,12 @@ def cluster_queue_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
             for quota in tenant.quotas
         ],
     }]
+    if config.kueue.mig_slice_budget and tenant.mig_slices is not None:
+        # A second group: a resource or flavor can be in only one. Ref: Kueue docs, tasks/manage/share_quotas_across_flavors.
+        spec["resourceGroups"].append({
+            "coveredResources": [MIG_SLICES],
+            "flavors": [{"name": MIG_SLICE_FLAVOR, "resources": [{"name": MIG_SLICES, "nominalQuota": tenant.mig_slices}]}],
+        })
     return {
         "apiVersion": API,
         "kind": "ClusterQueue",
@@ -241,7 +251,24 @@ def controller_configuration(config: PlatformConfig) -> dict[str, Any]:
     }
     if settings.fair_sharing.enabled:
         out["fairSharing"] = {"preemptionStrategies": list(settings.fair_sharing.preemption_strategies)}
+    if settings.mig_slice_budget:
+        out["resources"] = {"transformations": mig_slice_transformations(config)}
     return out
+
+
+def mig_slice_transformations(config: PlatformConfig) -> list[dict[str, Any]]:
+    """Each MIG instance also counts as its compute slices (1g.18gb -> 1, 3g.71gb -> 3); Retain keeps the profile itself.
+
+    Ref: apis/config/v1beta2/configuration_types.go ResourceTransformation (input, strategy, outputs) at v0.19.2;
+    KEP-2937 (resource transformer) for MIG.
+    """
+    return [{"input": name, "strategy": "Retain", "outputs": {MIG_SLICES: str(compute_slices(name.removeprefix(MIG_PREFIX)))}}
+            for name in mig_resources(config.gpu_pools)]
+
+
+def mig_slice_flavor() -> Manifest:
+    """The flavor of the slice budget: no node labels, since the budget is not a place."""
+    return {"apiVersion": API, "kind": "ResourceFlavor", "metadata": metadata(MIG_SLICE_FLAVOR), "spec": {}}
 
 
 def build(config: PlatformConfig) -> Concern:
@@ -249,6 +276,8 @@ def build(config: PlatformConfig) -> Concern:
     objects: list[Manifest] = []
     objects += topology(config)
     objects += [resource_flavor(config, pool) for pool in config.gpu_pools]
+    if config.kueue.mig_slice_budget:
+        objects.append(mig_slice_flavor())
     objects += [cohort(config, c.name) for c in config.cohorts]
     objects += workload_priority_classes(config)
     objects += [cluster_queue_for(config, tenant) for tenant in config.tenants]
