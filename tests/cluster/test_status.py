@@ -22,7 +22,10 @@ from tests.conftest import CRDS_DIR, ROOT, rendered
 
 pytestmark = pytest.mark.cluster
 KUEUE = "kueue.x-k8s.io/v1beta2"
-QUEUEING_KINDS = ("ResourceFlavor", "Topology", "Cohort", "WorkloadPriorityClass", "ClusterQueue")
+# The prod stack's queues, without its Topology and WorkloadPriorityClasses: the session's cluster also
+# carries the local stack, whose objects share some of those names.
+QUEUEING_KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue")
+TENANTS = ("llm-research", "eval")
 
 
 def workload(namespace: str, name: str, gpus: int, priority: int) -> dict[str, Any]:
@@ -46,10 +49,12 @@ def build_scenario(cluster: Cluster) -> None:
     """Kueue CRDs, the prod queues and tenant namespaces, three Workloads, and the statuses Kueue would write."""
     assert CRDS_DIR is not None
     cluster.kubectl("apply", "--server-side", "-f", str(CRDS_DIR / "kueue" / "v0.19.2"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=120s")
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=120s",
+                    *(f"crd/{plural}.kueue.x-k8s.io" for plural in ("clusterqueues", "localqueues", "workloads",
+                                                                    "resourceflavors", "cohorts")))
     platform = rendered("prod")
     objects = [o for o in platform.objects if o["kind"] in QUEUEING_KINDS]
-    tenants = [o for t in ("llm-research", "eval") for o in platform.tenant_objects(t)]
+    tenants = [o for t in TENANTS for o in platform.tenant_objects(t)]
     objects = [o for o in tenants if o["kind"] == "Namespace"] + objects + [o for o in tenants if o["kind"] == "LocalQueue"]
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(objects))
     # Oldest first: creation timestamps come from the API server, a second apart.
@@ -94,8 +99,26 @@ def run_status(cluster: Cluster, *args: str) -> str:
     return result.stdout
 
 
+def remove_scenario(cluster: Cluster) -> None:
+    """Leave the session's cluster as it was: the scenario's Workloads, queues, flavors, cohorts, namespaces."""
+    platform = rendered("prod")
+    for namespace in TENANTS:
+        cluster.kubectl("delete", "workloads.kueue.x-k8s.io", "--all", "-n", namespace, "--ignore-not-found", check=False)
+    for kind in reversed(QUEUEING_KINDS):
+        names = [o["metadata"]["name"] for o in platform.objects if o["kind"] == kind]
+        cluster.kubectl("delete", f"{kind.lower()}s.kueue.x-k8s.io", *names, "--ignore-not-found", check=False)
+    cluster.kubectl("delete", "namespace", *TENANTS, "--ignore-not-found", "--wait=false", check=False)
+
+
 def test_status_reads_quota_usage_borrowing_and_pending_reasons_from_the_api_server(cluster: Cluster) -> None:
-    build_scenario(cluster)
+    try:
+        build_scenario(cluster)
+        check_report(cluster)
+    finally:
+        remove_scenario(cluster)
+
+
+def check_report(cluster: Cluster) -> None:
     report = run_status(cluster)
     print(report)
     assert "| llm-research | research | h100 | nvidia.com/gpu | 48 | 64 | 16 | 32 | 24 | 1 | 1 |" in report
