@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, rendered, stack
+from tests.unit.test_config_errors import problems_of
 from trainyard.cli import main
-from trainyard.config import ConfigError, validate_platform
 from trainyard.config.gpu_operator import advertised_resources
 
 SHARING_FILE = ROOT / "tests" / "fixtures" / "stacks" / "Pulumi.gpu-sharing.yaml"
@@ -20,12 +20,6 @@ SHARING = str(SHARING_FILE)
 def sharing_platform() -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load(SHARING_FILE.read_text())["config"]["trainyard:platform"]
     return copy.deepcopy(data)
-
-
-def problems_of(data: dict[str, Any]) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        validate_platform(data, "Pulumi.gpu-sharing.yaml")
-    return [f"{p.path}: {p.reason}" for p in caught.value.problems]
 
 
 def test_capacity_follows_the_layout_eight_h200_times_seven_slices_is_56() -> None:

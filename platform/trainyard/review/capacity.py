@@ -53,11 +53,16 @@ class FlavorCapacity:
 
     @property
     def committed(self) -> int:
-        return sum(t.nominal for t in self.tenants)
+        return committed(self.tenants)
 
     @property
     def free(self) -> int:
         return self.allocatable - self.committed
+
+
+def committed(tenants: tuple[TenantQuota, ...]) -> int:
+    """What the tenants were promised: the sum of their nominal quotas."""
+    return sum(t.nominal for t in tenants)
 
 
 @dataclass(frozen=True)
@@ -73,12 +78,8 @@ class SharedCapacity:
     tenants: tuple[TenantQuota, ...]
 
     @property
-    def committed(self) -> int:
-        return sum(t.nominal for t in self.tenants)
-
-    @property
     def free(self) -> int:
-        return self.units - self.committed
+        return self.units - committed(self.tenants)
 
 
 def capacity_report(config: PlatformConfig) -> list[FlavorCapacity]:
@@ -132,10 +133,7 @@ def format_capacity(config: PlatformConfig) -> str:
     lines.append("|---|---|---|---:|---:|---:|---:|")
     for f in report:
         for t in f.tenants:
-            ceiling = t.ceiling if t.ceiling is not None else f"{f.allocatable} (pool)"
-            lines.append(f"| {f.flavor} | {t.tenant} | {t.cohort or '-'} | {t.nominal} | "
-                         f"{_limit(t.borrowing_limit) if t.cohort else 'no cohort'} | "
-                         f"{_limit(t.lending_limit)} | {ceiling} |")
+            lines.append(f"| {f.flavor} | {t.tenant} | {_quota_cells(t, f.allocatable)}")
     lines += _format_shared(shared_capacity_report(config))
     return "\n".join(lines) + "\n"
 
@@ -147,15 +145,20 @@ def _format_shared(report: list[SharedCapacity]) -> list[str]:
              "| flavor | sharing | resource | physical GPUs | units | GPU per unit | committed | free | use |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in report:
-        use = f"{100 * r.committed / r.units:.0f}%" if r.units else "-"
+        promised = committed(r.tenants)
+        use = f"{100 * promised / r.units:.0f}%" if r.units else "-"
         lines.append(f"| {r.flavor} | {r.sharing} | {r.resource} | {r.physical_gpus} | {r.units} | {r.gpu_per_unit} | "
-                     f"{r.committed} | {r.free} | {use} |")
+                     f"{promised} | {r.free} | {use} |")
     lines += ["", "| flavor | resource | tenant | cohort | nominal | borrowing limit | lending limit | ceiling |",
               "|---|---|---|---|---:|---:|---:|---:|"]
     for r in report:
         for t in r.tenants:
-            ceiling = t.ceiling if t.ceiling is not None else f"{r.units} (pool)"
-            lines.append(f"| {r.flavor} | {r.resource} | {t.tenant} | {t.cohort or '-'} | {t.nominal} | "
-                         f"{_limit(t.borrowing_limit) if t.cohort else 'no cohort'} | {_limit(t.lending_limit)} | "
-                         f"{ceiling} |")
+            lines.append(f"| {r.flavor} | {r.resource} | {t.tenant} | {_quota_cells(t, r.units)}")
     return lines
+
+
+def _quota_cells(t: TenantQuota, pool: int) -> str:
+    """The cohort, nominal, limits and ceiling cells of one tenant's row; an unlimited ceiling is the pool's."""
+    ceiling = t.ceiling if t.ceiling is not None else f"{pool} (pool)"
+    return (f"{t.cohort or '-'} | {t.nominal} | {_limit(t.borrowing_limit) if t.cohort else 'no cohort'} | "
+            f"{_limit(t.lending_limit)} | {ceiling} |")
