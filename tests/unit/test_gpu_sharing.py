@@ -143,3 +143,11 @@ def test_a_tenant_with_mig_quota_needs_a_budget_when_the_budget_is_on() -> None:
     del data["tenants"][1]["mig_slices"]
     (problem,) = problems_of(data)
     assert problem.startswith("trainyard:platform.tenants[1].mig_slices: ")
+
+
+def test_monitoring_needs_its_prometheus_namespace_admitted_to_the_metrics_port() -> None:
+    data = sharing_platform()
+    data["security"]["network"]["metrics_from"] = []
+    (problem,) = problems_of(data)
+    assert problem.startswith("trainyard:platform.monitoring.prometheus.namespace: ")
+    assert "security.network.metrics_from" in problem

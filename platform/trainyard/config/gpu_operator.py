@@ -149,8 +149,8 @@ class GpuOperator(Model):
         default=False, description="Let mig-manager reboot a node to apply a layout (needed on some cloud VMs: "
         "WITH_REBOOT=true).")
     dcgm_pod_labels: bool = Field(
-        default=False, description="Copy pod labels onto DCGM metrics (enablePodLabels); the tenant label is added "
-        "from the namespace in any case.")
+        default=False, description="Copy pod labels onto DCGM metrics (enablePodLabels); the pod, namespace and "
+        "container of the workload holding each GPU are attached in any case.")
 
     @model_validator(mode="after")
     def _known(self) -> GpuOperator:

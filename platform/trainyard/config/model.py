@@ -530,6 +530,12 @@ class PlatformConfig(Model):
                 what = "mig" if pool.mig else "time_slicing"
                 raise FieldError(("gpu_pools", index, what),
                                  f"pool {pool.name!r} uses {what}, which the GPU operator configures; set gpu_operator")
+        prometheus = self.monitoring.prometheus.namespace
+        if self.monitoring.enabled and prometheus not in self.security.network.metrics_from:
+            # The controllers' NetworkPolicies admit their metrics port only from these namespaces.
+            raise FieldError(("monitoring", "prometheus", "namespace"),
+                             f"Prometheus in {prometheus!r} could not reach the controllers' metrics port: add "
+                             f"{prometheus!r} to security.network.metrics_from")
         system = {"gpu_operator.namespace": self.gpu_operator.namespace if self.gpu_operator else None,
                   "monitoring.namespace": self.monitoring.namespace if self.monitoring.enabled else None}
         for index, tenant in enumerate(self.tenants):
