@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build Trainyard's local platform tools from pinned Go wrapper modules.
 #
-#   tools/build.sh [all|etcd|kube-apiserver|pulumi|pulumi-kubernetes|promtool]...
+#   tools/build.sh [all|etcd|kube-apiserver|pulumi|pulumi-kubernetes|helm|promtool]...
 #   tools/build.sh --check     exit 0 iff every binary is present and current
 #   tools/build.sh --list      print the tools and binaries
 #
@@ -28,13 +28,14 @@ fi
 export GOTOOLCHAIN=local
 export CGO_ENABLED="${CGO_ENABLED:-0}"
 
-ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes promtool)
+ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm promtool)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
 K8S_VERSION=v1.36.3
 PULUMI_VERSION=v3.274.1
 PULUMI_K8S_VERSION=4.25.0   # release the provider/v4 pseudo-version went into (docs/tools.md)
+HELM_VERSION=v3.22.0
 PROMTOOL_VERSION=3.16.0     # VERSION file of github.com/prometheus/prometheus v0.316.0
 
 # ------------------------------------------------------ per-tool definition
@@ -52,6 +53,7 @@ tool_bins() {
       echo "pulumi-language-python ./cmd/pulumi-language-python"
       ;;
     pulumi-kubernetes) echo "pulumi-resource-kubernetes ./cmd/pulumi-resource-kubernetes" ;;
+    helm) echo "helm helm.sh/helm/v3/cmd/helm" ;;
     promtool) echo "promtool github.com/prometheus/prometheus/cmd/promtool" ;;
     *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]})" >&2; return 2 ;;
   esac
@@ -77,6 +79,22 @@ tool_ldflags() {
     pulumi) x=" -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" ;;
     pulumi-kubernetes)
       x=" -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$PULUMI_K8S_VERSION" ;;
+    helm)
+      # The same -X flags as helm's Makefile (v3.22.0): the version, a clean
+      # tree, and the Kubernetes version `helm template` reports as
+      # .Capabilities.KubeVersion by default, which the Makefile derives from
+      # the client-go it builds with (v0.37.0 -> 1.37). Without them helm says
+      # "v3.22" and renders against Kubernetes v1.20.0. No git commit: the
+      # module zip carries none (like etcd's "Git SHA: Not provided").
+      local cg major minor
+      cg="$(awk '$1 == "k8s.io/client-go" {print $2}' "$(tool_mod_dir helm)/go.mod")"
+      cg="${cg#v}"; major=$(( ${cg%%.*} + 1 )); minor="${cg#*.}"; minor="${minor%%.*}"
+      x=" -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+      x+=" -X helm.sh/helm/v3/internal/version.metadata= -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+      for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+        x+=" -X $p.k8sVersionMajor=$major -X $p.k8sVersionMinor=$minor"
+      done
+      ;;
     promtool) x=" -X github.com/prometheus/common/version.Version=$PROMTOOL_VERSION" ;;
   esac
   echo "-s -w$x"

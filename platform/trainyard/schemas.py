@@ -88,16 +88,22 @@ class Validator:
     def __init__(self, crd_dir: Path, kubernetes_version: str = catalog.KUBERNETES_VERSION) -> None:
         self.kubernetes_version = kubernetes_version
         self._crd_schemas: dict[tuple[str, str], dict[str, Any]] = {}
+        self._validators: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
         for path in sorted(crd_dir.rglob("*.yaml")):
             crd = yaml.load(path.read_bytes(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
-            if not isinstance(crd, dict) or crd.get("kind") != "CustomResourceDefinition":
-                continue
-            group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
-            for version in crd["spec"]["versions"]:
-                schema = version.get("schema", {}).get("openAPIV3Schema")
-                if schema:
-                    self._crd_schemas[(f"{group}/{version['name']}", kind)] = schema
-        self._validators: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
+            if isinstance(crd, dict) and crd.get("kind") == "CustomResourceDefinition":
+                self.add_crd(crd)
+
+    def add_crd(self, crd: Manifest) -> None:
+        """Validate custom resources of ``crd`` too (a chart's own CRDs, for the objects that chart renders)."""
+        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+        for version in crd["spec"]["versions"]:
+            schema = version.get("schema", {}).get("openAPIV3Schema")
+            if schema:
+                key = (f"{group}/{version['name']}", kind)
+                if self._crd_schemas.get(key) != schema:
+                    self._crd_schemas[key] = schema
+                    self._validators.pop(key, None)
 
     def knows(self, api_version: str, kind: str) -> bool:
         if (api_version, kind) in self._crd_schemas:
@@ -147,14 +153,22 @@ def _definitions(version: str) -> dict[str, Any]:
     return result
 
 
-def _builtin_validator(version: str, api_version: str, kind: str) -> jsonschema.protocols.Validator:
+@lru_cache(maxsize=4)
+def _definitions_registry(version: str) -> Any:
+    """The shared definitions, crawled once: an uncrawled registry is crawled again on every ``$ref`` lookup."""
     from referencing import Registry, Resource
 
-    path = _builtin_schema_path(version, api_version, kind)
-    schema = json.loads(path.read_text())
     definitions = Resource.from_contents(_definitions(version))
     registry: Registry[Any] = Registry().with_resources(
         [("file://_definitions.json", definitions), ("_definitions.json", definitions)]
     )
-    registry = Resource.from_contents(schema) @ registry
+    return registry.crawl()
+
+
+def _builtin_validator(version: str, api_version: str, kind: str) -> jsonschema.protocols.Validator:
+    from referencing import Resource
+
+    path = _builtin_schema_path(version, api_version, kind)
+    schema = json.loads(path.read_text())
+    registry = (Resource.from_contents(schema) @ _definitions_registry(version)).crawl()
     return jsonschema.Draft202012Validator(schema, registry=registry)

@@ -117,3 +117,42 @@ def test_data_holding_resources_are_retained_and_protected_as_the_stack_says(
     for obj in platform.all_objects:
         if not holds_data(obj):
             assert options[manifest_key(obj)] == {"protect": False, "retain_on_delete": False}
+
+
+def test_every_chart_is_declared_with_crds_skipped_and_trainyards_post_renderer(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 13: skipCrds does not reach CRDs a chart renders as templates (Kueue); the
+    # post-renderer drops them, so the Crds group's CRDs are the only ones applied.
+    from trainyard import post_render
+
+    rendered("prod")
+    prod, _ = run_program("prod", monkeypatch)
+    command, args = post_render.command()
+    charts = [r for r in prod.resources if r.typ == "kubernetes:helm.sh/v4:Chart"]
+    assert charts
+    for chart in charts:
+        assert chart.inputs["skipCrds"] is True, chart.name
+        assert chart.inputs["postRenderer"] == {"command": command, "args": args}, chart.name
+
+
+def test_the_registered_post_renderer_leaves_no_crd_in_any_chart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs helm with exactly the registered Chart inputs (chart, version, values, post-renderer)."""
+    from tests.charts.conftest import CHARTS_DIR, HELM, MISSING
+    from trainyard import charts
+
+    if MISSING is not None:
+        pytest.skip(MISSING)
+    assert CHARTS_DIR is not None and HELM is not None
+    platform = rendered("prod")
+    prod, _ = run_program("prod", monkeypatch)
+    renderer = charts.ChartRenderer(CHARTS_DIR, HELM)
+    try:
+        for chart in (r for r in prod.resources if r.typ == "kubernetes:helm.sh/v4:Chart"):
+            (release,) = [r for r in platform.releases if r.name == chart.name and r.version == chart.inputs["version"]]
+            assert chart.inputs["values"] == json.loads(json.dumps(release.values))
+            raw = charts.parse_manifests(renderer.render_text(release, chart.inputs["values"]))
+            registered = (chart.inputs["postRenderer"]["command"], chart.inputs["postRenderer"]["args"])
+            installed = charts.parse_manifests(renderer.render_text(release, chart.inputs["values"], post_renderer=registered))
+            assert [o["kind"] for o in installed].count("CustomResourceDefinition") == 0, chart.name
+            assert installed == [o for o in raw if o["kind"] != "CustomResourceDefinition"], chart.name
+    finally:
+        renderer.close()

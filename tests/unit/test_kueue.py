@@ -107,9 +107,9 @@ def test_controller_images_come_from_the_mirror_with_pinned_tags() -> None:
     from trainyard.manifests import installs
 
     releases = {r.name: r for r in installs.releases(stack("prod").config)}
+    # The JobSet chart reads no image.registry (tests/charts found it unread): the host is in the repository.
     assert releases["jobset"].values["image"] == {
-        "registry": "registry.trainyard.internal", "repository": "mirror/jobset/jobset", "tag": "v0.12.0",
-        "pullPolicy": "IfNotPresent"}
+        "repository": "registry.trainyard.internal/mirror/jobset/jobset", "tag": "v0.12.0", "pullPolicy": "IfNotPresent"}
     assert releases["kueue"].values["controllerManager"]["manager"]["image"]["repository"] == (
         "registry.trainyard.internal/mirror/kueue/kueue")
     assert releases["trainer"].values["image"]["tag"] == "v2.3.0"
@@ -131,3 +131,15 @@ def test_fake_nodes_carry_pool_labels_topology_gpu_capacity_and_are_ready() -> N
     assert node["status"]["conditions"][0] == {"type": "Ready", "status": "True", "reason": "KubeletReady",
                                                "message": "fake node of the Trainyard rehearsal"}
     assert node["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+
+
+def test_kueue_crds_carry_the_conversion_webhook_only_where_kueue_is_installed() -> None:
+    from trainyard import catalog
+
+    converted = {f"{plural}.kueue.x-k8s.io" for plural in catalog.KUEUE_CONVERTED_CRDS}
+    prod = {c["metadata"]["name"]: c for c in rendered("prod").crds if c["spec"]["group"] == "kueue.x-k8s.io"}
+    assert {n for n, c in prod.items() if "conversion" in c["spec"]} == converted
+    assert prod["workloads.kueue.x-k8s.io"]["spec"]["conversion"]["webhook"]["clientConfig"]["service"] == {
+        "name": "kueue-webhook-service", "namespace": "kueue-system", "path": "/convert"}
+    # The rehearsal marks Kueue external: nothing serves the webhook, so the CRDs stay as upstream's files.
+    assert not any("conversion" in c["spec"] for c in rendered("local").crds)

@@ -22,6 +22,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
+from trainyard import post_render
 from trainyard.components.kubernetes_object import KubernetesObject
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import RenderedPlatform, render_platform
@@ -79,7 +80,7 @@ def _title(concern: str) -> str:
 
 
 class ConcernGroup(pulumi.ComponentResource):
-    """One concern's platform-level objects, then its chart releases (charts install with CRDs off)."""
+    """One concern's platform-level objects, then its chart releases (charts install with no CRDs at all)."""
 
     def __init__(self, config: PlatformConfig, concern: Concern, namespaces: Namespaces,
                  opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource]) -> None:
@@ -100,6 +101,11 @@ class ConcernGroup(pulumi.ComponentResource):
                                "charts": [r.name for r in concern.releases if not r.external]})
 
     def _chart(self, release: ChartRelease, depends_on: list[pulumi.Resource]) -> pulumi.Resource:
+        # skip_crds skips only a chart's crds/ directory; the post-renderer also drops CRDs that
+        # a chart renders as templates (Kueue has no switch for them), so that the CRDs Trainyard
+        # declares in the Crds group are the only ones applied. Pulumi transforms cannot drop a
+        # chart's child resource, a post-renderer can. Ref: trainyard/post_render.py.
+        command, args = post_render.command()
         return k8s.helm.v4.Chart(
             release.name,
             chart=release.chart,
@@ -108,6 +114,7 @@ class ConcernGroup(pulumi.ComponentResource):
             repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=release.repo) if release.repo else None,
             values=release.values,
             skip_crds=True,
+            post_renderer=k8s.helm.v4.PostRendererArgs(command=command, args=args),
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
         )
 

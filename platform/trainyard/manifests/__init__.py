@@ -65,8 +65,9 @@ class RenderedPlatform:
             raise KeyError(f"no concern {name!r} (concerns: {', '.join(c.name for c in self.concerns)})") from None
 
     def tenant_objects(self, tenant: str) -> tuple[Manifest, ...]:
-        """Everything every concern puts into one tenant's namespace, in concern order."""
-        return tuple(obj for concern in self.concerns for obj in concern.tenant_objects.get(tenant, ()))
+        """Everything every concern puts into one tenant's namespace: the Namespace first, then concern by concern."""
+        objects = [obj for concern in self.concerns for obj in concern.tenant_objects.get(tenant, ())]
+        return tuple(sorted(objects, key=lambda obj: obj["kind"] != "Namespace"))
 
     def by_kind(self, kind: str) -> list[Manifest]:
         return [o for o in self.all_objects if o["kind"] == kind]
@@ -78,7 +79,7 @@ class RenderError(Exception):
 
 def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None = None) -> RenderedPlatform:
     try:
-        crd_docs = crds.load_crds(config, crd_components(config), stack_dir)
+        crd_docs = kueue.with_conversion_webhooks(config, crds.load_crds(config, crd_components(config), stack_dir))
         # Every concern's builder, in apply order; a new concern adds one line (docs/architecture.md).
         concerns = (
             installs.build(config),

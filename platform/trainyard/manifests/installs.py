@@ -31,6 +31,16 @@ class ChartRelease:
     values: dict[str, Any] = field(default_factory=dict)
     external: bool = False
 
+    @property
+    def chart_name(self) -> str:
+        """The chart's own name (``Chart.yaml`` ``name``), from an OCI reference or a repo chart name."""
+        return catalog.chart_name(self.chart)
+
+    @property
+    def mirror_dir(self) -> str:
+        """Where a chart mirror (../shared/charts) keeps this chart: ``<mirror_dir>/<version>/``."""
+        return catalog.chart_mirror_dir(self.chart_name)
+
     def as_document(self) -> dict[str, Any]:
         """What ``trainyard render`` writes for a chart (it is not a Kubernetes object)."""
         doc: dict[str, Any] = {"chart": self.chart, "version": self.version, "namespace": self.namespace,
@@ -91,11 +101,15 @@ def releases(config: PlatformConfig) -> list[ChartRelease]:
     jobset_registry, jobset_repository, jobset_tag = controller_image(config, "jobset")
     kueue_registry, kueue_repository, kueue_tag = controller_image(config, "kueue")
     trainer_registry, trainer_repository, trainer_tag = controller_image(config, "trainer")
-    # Tags are pinned explicitly: the Kueue chart's own default is "main" with pullPolicy Always.
-    # Ref: values.yaml of each chart (jobset image.*, kueue controllerManager.manager.image.*, trainer image.*).
+    # Tags are pinned explicitly: the git copies of the JobSet and Kueue charts default to staging
+    # images ("main", "release-0.19") with pullPolicy Always (../shared/charts/SOURCES.md).
+    # Ref: values.yaml of each chart (jobset image.*, kueue controllerManager.manager.image.*, trainer image.*);
+    # tests/charts proves each chart reads every value set here.
     return [
+        # The JobSet chart has no image.registry: the repository carries the registry host
+        # (templates/controller/deployment.yaml: "{{ .Values.image.repository }}:{{ .Values.image.tag }}").
         _release(config, "jobset", {
-            "image": {"registry": jobset_registry, "repository": jobset_repository, "tag": jobset_tag,
+            "image": {"repository": f"{jobset_registry}/{jobset_repository}", "tag": jobset_tag,
                       "pullPolicy": "IfNotPresent"},
         }),
         _release(config, "kueue", {
