@@ -79,8 +79,7 @@ def test_mig_parted_config_has_a_layout_per_mig_pool_and_all_disabled() -> None:
         {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.18gb": 7}}]
     assert parted["mig-configs"]["trainyard-h100-mixed"][1] == {"devices": [4, 5, 6, 7], "mig-enabled": False}
     (release,) = rendered(SHARING).concern("gpu-operator").releases
-    assert release.values["migManager"]["config"] == {"create": False, "name": gpu_operator.MIG_PARTED_CONFIG,
-                                                      "default": "all-disabled"}
+    assert release.values["migManager"]["config"] == {"name": gpu_operator.MIG_PARTED_CONFIG, "default": "all-disabled"}
     assert release.values["mig"] == {"strategy": "mixed"}
 
 

@@ -191,7 +191,9 @@ def chart_values(config: PlatformConfig, operator: GpuOperator) -> dict[str, Any
     driver_managed = any(pool.driver == "operator" for pool in pools)
     nfd_registry, nfd_repository, nfd_tag = mirrored(config, operands["node-feature-discovery"])
     values: dict[str, Any] = {
-        "operator": {**image("operator"), "upgradeCRD": False, "cleanupCRD": False},
+        # operator.upgradeCRD is a pre-upgrade hook; the Pulumi provider renders charts without hooks
+        # (helm/v4 chart.go DisableHooks), and Trainyard applies the CRDs itself.
+        "operator": {**image("operator"), "cleanupCRD": False},
         "validator": image("validator"),
         "nfd": {"enabled": operator.node_feature_discovery},
         "cdi": {"enabled": True},
@@ -199,10 +201,10 @@ def chart_values(config: PlatformConfig, operator: GpuOperator) -> dict[str, Any
         # The cluster-wide default only; each pool's device-plugin config sets its own migStrategy.
         "mig": {"strategy": "mixed" if any(p.mig and p.mig.strategy == "mixed" for p in pools) else "single"},
         "daemonsets": {"tolerations": _tolerations(pools)},
-        # The default NVIDIADriver is off: each operator-managed pool has its own (nodeSelector = its labels).
+        # The default NVIDIADriver is off: each operator-managed pool has its own (nodeSelector = its labels),
+        # which carries the driver image; driver.repository/image/version only feed that default CR.
         "driver": {"enabled": driver_managed,
                    "nvidiaDriverCRD": {"enabled": True, "deployDefaultCR": False},
-                   **image("driver"), "version": operator.driver_version,
                    "manager": image("driver.manager")},
         "toolkit": {"enabled": True, **image("toolkit")},
         "devicePlugin": {"enabled": True, **image("devicePlugin"),
@@ -214,8 +216,8 @@ def chart_values(config: PlatformConfig, operator: GpuOperator) -> dict[str, Any
         "dcgmExporter": {"enabled": True, **image("dcgmExporter"), "enablePodLabels": operator.dcgm_pod_labels,
                          "serviceMonitor": {"enabled": False}},
         "migManager": {"enabled": any_mig, **image("migManager"),
-                       "config": {"create": False, "name": MIG_PARTED_CONFIG if any_mig else "",
-                                  "default": MIG_DISABLED},
+                       # create stays at its default (false): the chart creates the ConfigMap only with data.
+                       "config": {"name": MIG_PARTED_CONFIG if any_mig else "", "default": MIG_DISABLED},
                        "env": [{"name": "WITH_REBOOT", "value": "true"}] if operator.mig_reboot else []},
     }
     if operator.node_feature_discovery:
