@@ -115,6 +115,7 @@ def test_capacity_shows_slices_next_to_whole_gpus(capsys: pytest.CaptureFixture[
     assert "| h200-mig | mig-mixed | nvidia.com/mig-1g.18gb | 8 | 56 | 1/7 | 56 | 0 | 100% |" in out
     assert "| l40s-shared | time-sliced x4 | nvidia.com/gpu.shared | 16 | 64 | 1/4 | 64 | 0 | 100% |" in out
     assert "| h200-mig | nvidia.com/mig-1g.18gb | notebooks | org | 40 | 16 | unlimited | 56 |" in out
+    assert "## MIG slice budget (trainyard.dev/mig-slices): 92 of 112 compute slices committed (16 MIG GPUs x 7)" in out
 
 
 def test_slice_budget_counts_each_mig_instance_as_its_compute_slices() -> None:

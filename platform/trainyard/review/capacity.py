@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from trainyard import catalog
-from trainyard.config.gpu_operator import advertised_resources, gpu_equivalent, sharing_of
+from trainyard.config.gpu_operator import COMPUTE_SLICES, advertised_resources, gpu_equivalent, mig_gpus, sharing_of
 from trainyard.config.model import PlatformConfig
+from trainyard.manifests.kueue import MIG_SLICES
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,21 @@ def format_capacity(config: PlatformConfig) -> str:
         for t in f.tenants:
             lines.append(f"| {f.flavor} | {t.tenant} | {_quota_cells(t, f.allocatable)}")
     lines += _format_shared(shared_capacity_report(config))
+    lines += _format_slice_budget(config)
     return "\n".join(lines) + "\n"
+
+
+def _format_slice_budget(config: PlatformConfig) -> list[str]:
+    """The MIG slice budget (kueue.mig_slice_budget): compute slices of the MIG GPUs against the tenants' budgets."""
+    if not config.kueue.mig_slice_budget:
+        return []
+    total = COMPUTE_SLICES * sum(mig_gpus(pool) for pool in config.gpu_pools)
+    budgets = [(t.name, t.mig_slices) for t in config.tenants if t.mig_slices is not None]
+    promised = sum(n for _, n in budgets)
+    lines = ["", f"## MIG slice budget ({MIG_SLICES}): {promised} of {total} compute slices committed "
+             f"({total // COMPUTE_SLICES} MIG GPUs x {COMPUTE_SLICES})", "", "| tenant | slices |", "|---|---:|"]
+    lines += [f"| {name} | {n} |" for name, n in budgets]
+    return lines
 
 
 def _format_shared(report: list[SharedCapacity]) -> list[str]:
