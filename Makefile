@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml
 
 .PHONY: test
 test: setup lint typecheck helm ## Lint, type-check and run every offline test tier (unit, conformance, program, policy, review, charts)
-	$(BIN)/pytest -q -m "not cluster and not registry and not dataplane" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not cluster and not registry and not dataplane and not promtool" $(PYTEST_ARGS)
 
 # The chart-truth tier renders the upstream charts with helm built from Go modules, so
 # `make test` builds it first (cached: instant when current; ~4 min cold on 2 cores).
@@ -103,6 +103,9 @@ test-cluster: setup ## The cluster tier: real kube-apiserver + etcd, real Pulumi
 .PHONY: test-dataplane
 test-dataplane: setup ## The dataplane tier: real MLflow (tools venv) + Debian PostgreSQL + SeaweedFS (or moto while absent)
 	$(BIN)/pytest -q --tb=short -m dataplane tests/dataplane $(PYTEST_ARGS)
+.PHONY: test-monitoring
+test-monitoring: setup ## Alert rules through the real promtool (check rules, test rules); after `make tools`
+	$(BIN)/pytest -q -m promtool tests/monitoring $(PYTEST_ARGS)
 
 .PHONY: clean
 clean: ## Remove rendered output and caches in the repo (not the tools cache)

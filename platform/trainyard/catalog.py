@@ -53,16 +53,20 @@ class Image:
 
 @dataclass(frozen=True)
 class Release:
-    """One pinned upstream release of a component."""
+    """One pinned upstream release of a component.
+
+    A CRD-only component (the prometheus-operator CRDs, whose operator the site runs itself)
+    has no chart, namespace or image: ``installed()`` refuses it.
+    """
 
     component: str
     version: str
     repository: str
     tag: str
-    chart: ChartRef
-    namespace: str
     crds: tuple[CrdFile, ...]
-    image: Image
+    chart: ChartRef | None = None
+    namespace: str = ""
+    image: Image | None = None
     # The application version a chart deploys, where it differs from the chart version (MLflow chart 1.11.5 = MLflow 3.15.1).
     app_version: str | None = None
     # Further images the release runs besides ``image`` (init containers, operands), by role.
@@ -70,6 +74,12 @@ class Release:
 
     def image_for(self, role: str) -> Image:
         return next(image for name, image in self.images if name == role)
+
+    def installed(self) -> tuple[ChartRef, str, Image]:
+        """(chart, namespace, image) of a component Trainyard installs."""
+        if self.chart is None or self.image is None or not self.namespace:
+            raise KeyError(f"{self.component} {self.version} is pinned for its CRDs only; it has no chart")
+        return self.chart, self.namespace, self.image
 
     def crd_url(self, crd: CrdFile) -> str:
         """The raw URL of a CRD file at this release's tag (used when no mirror is configured)."""
@@ -136,6 +146,29 @@ _CNPG_CRDS = _crd_files(
         ("publications", "c833e9501e56246276ed879451c358556b362221"),
         ("scheduledbackups", "8447e78fca3768de9caa03d717251da230513fcb"),
         ("subscriptions", "c7cd47631e6056a356a87f0f10587ea873e8ccb8"),
+    ),
+)
+
+# Ref: deployments/gpu-operator/crds/ at v26.7.0 (the files the chart's crds/ directory installs);
+# blob SHAs from ../shared/crds/SOURCES.md. The resource.nvidia.com CRDs belong to the bundled DRA
+# driver, which Trainyard does not use (device plugin, not DRA).
+_GPU_OPERATOR_CRDS = tuple(
+    CrdFile(f"nvidia.com_{plural}.yaml", f"deployments/gpu-operator/crds/nvidia.com_{plural}.yaml", sha)
+    for plural, sha in (
+        ("clusterpolicies", "f589282b2001c999f233747f263bd29abaebe8b3"),
+        ("gpuclusters", "30ff8543d7025f0abb110a4575c8a79e571d54dc"),
+        ("nvidiadrivers", "959d57c5dcf6f6edf58e088695e3c7cefdd072ee"),
+    )
+)
+
+# Only the three kinds Trainyard emits. Ref: example/prometheus-operator-crd/ at v0.93.0.
+_PROMETHEUS_OPERATOR_CRDS = tuple(
+    CrdFile(f"monitoring.coreos.com_{plural}.yaml", f"example/prometheus-operator-crd/monitoring.coreos.com_{plural}.yaml",
+            sha)
+    for plural, sha in (
+        ("servicemonitors", "f5736255990a0e152851fadb55f84d6fd0f91d87"),
+        ("podmonitors", "5c1bde3d4a5f3131fd6c148ab933193b867173f2"),
+        ("prometheusrules", "b423c3225b18489ca7bbc5091f38f7003c4bf3fc"),
     )
 )
 
@@ -206,12 +239,47 @@ RELEASES: dict[tuple[str, str], Release] = {
             # values.yaml initImages.dbchecker / iniFileInitializer.
             images=(("busybox", Image("docker.io", "library/busybox", "1.38.0")),),
         ),
+        Release(
+            component="gpu_operator",
+            version="26.7.0",
+            repository="https://github.com/NVIDIA/gpu-operator",
+            tag="v26.7.0",
+            # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/getting-started.html
+            chart=ChartRef("gpu-operator", repo="https://helm.ngc.nvidia.com/nvidia"),
+            namespace="gpu-operator",
+            crds=_GPU_OPERATOR_CRDS,
+            image=Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
+        ),
+        Release(
+            component="prometheus_operator",
+            version="0.93.0",
+            repository="https://github.com/prometheus-operator/prometheus-operator",
+            tag="v0.93.0",
+            crds=_PROMETHEUS_OPERATOR_CRDS,
+        ),
     )
+}
+
+# The GPU operator's operands, as its v26.7.0 chart pins them (deployments/gpu-operator/values.yaml;
+# the operator and validator default to the chart's appVersion, NFD to its subchart's appVersion).
+# Pinned here too, so that a mirror serves exactly these and an upgrade is one reviewed diff.
+GPU_OPERATOR_OPERANDS: dict[str, Image] = {
+    "operator": Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
+    "validator": Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
+    "driver": Image("nvcr.io", "nvidia/driver", "595.91.07"),
+    "driver.manager": Image("nvcr.io", "nvidia/cloud-native/k8s-driver-manager", "v0.12.0"),
+    "toolkit": Image("nvcr.io", "nvidia/k8s/container-toolkit", "v1.20.0"),
+    "devicePlugin": Image("nvcr.io", "nvidia/k8s-device-plugin", "v0.20.0"),
+    "gfd": Image("nvcr.io", "nvidia/k8s-device-plugin", "v0.20.0"),
+    "dcgmExporter": Image("nvcr.io", "nvidia/k8s/dcgm-exporter", "4.6.0-4.8.3-distroless"),
+    "migManager": Image("nvcr.io", "nvidia/cloud-native/k8s-mig-manager", "v0.15.0"),
+    "node-feature-discovery": Image("registry.k8s.io", "nfd/node-feature-discovery", "v0.19.0"),
 }
 
 # The directory name of each component inside a CRD mirror (layout of ../shared/crds).
 MIRROR_DIRS: dict[str, str] = {"kueue": "kueue", "jobset": "jobset", "trainer": "kubeflow-trainer",
-                               "cnpg": "cloudnative-pg"}
+                               "cnpg": "cloudnative-pg", "gpu_operator": "gpu-operator",
+                               "prometheus_operator": "prometheus-operator"}
 
 # A chart mirror (../shared/charts, TRAINYARD_CHARTS_DIR) holds each chart as
 # <dir>/<chart version>/, where <dir> is the chart's name except for these names, too generic
@@ -261,7 +329,7 @@ def chart_mirror_dir(name: str) -> str:
 
 
 DEFAULT_VERSIONS: dict[str, str] = {"kueue": "0.19.2", "jobset": "0.12.0", "trainer": "2.3.0", "cnpg": "1.30.0",
-                                    "mlflow": "1.11.5"}
+                                    "mlflow": "1.11.5", "gpu_operator": "26.7.0", "prometheus_operator": "0.93.0"}
 
 # API versions Trainyard emits. Kueue v1beta1 is still served by v0.19 but deprecated.
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
@@ -273,6 +341,8 @@ CNPG_API = "postgresql.cnpg.io/v1"
 # Ref: cloudnative-pg/plugin-barman-cloud config/crd/bases/barmancloud.cnpg.io_objectstores.yaml
 BARMAN_CLOUD_API = "barmancloud.cnpg.io/v1"
 BARMAN_CLOUD_PLUGIN = "barman-cloud.cloudnative-pg.io"
+NVIDIA_API = "nvidia.com/v1alpha1"
+MONITORING_API = "monitoring.coreos.com/v1"
 
 # Helm, built from Go modules by tools/build.sh, renders the charts in tests/charts.
 HELM_VERSION = "v3.22.0"

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from tests.conftest import STACKS, rendered, stack
+from tests.conftest import ROOT, STACKS, rendered, stack
 from trainyard.manifests import kueue
 from trainyard.schemas import Validator, strict_crd_schema
 
@@ -115,11 +115,26 @@ class _Selector(_Strict):
     matchExpressions: list[dict[str, str]]
 
 
+class _Metrics(_Strict):
+    bindAddress: str
+    enableClusterQueueResources: bool | None = None
+
+
+class _Transformation(_Strict):
+    input: str
+    strategy: Literal["Retain", "Replace"]
+    outputs: dict[str, str]
+
+
+class _Resources(_Strict):
+    transformations: list[_Transformation]
+
+
 class _Configuration(_Strict):
     apiVersion: Literal["config.kueue.x-k8s.io/v1beta2"]
     kind: Literal["Configuration"]
     health: dict[str, str]
-    metrics: dict[str, str]
+    metrics: _Metrics
     webhook: dict[str, int]
     leaderElection: dict[str, Any]
     manageJobsWithoutQueueName: bool
@@ -127,9 +142,10 @@ class _Configuration(_Strict):
     waitForPodsReady: _WaitForPodsReady
     integrations: dict[Literal["frameworks"], list[str]]
     fairSharing: dict[Literal["preemptionStrategies"], list[Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]]]
+    resources: _Resources | None = None
 
 
-@pytest.mark.parametrize("name", STACKS)
+@pytest.mark.parametrize("name", [*STACKS, str(ROOT / "tests" / "fixtures" / "stacks" / "Pulumi.gpu-sharing.yaml")])
 def test_kueue_controller_configuration_uses_only_v1beta2_fields(name: str) -> None:
     platform = rendered(name)
     (release,) = [r for r in platform.releases if r.name == "kueue"]

@@ -136,6 +136,19 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# gpu_operator.py builds on Model and the name types above, so it is imported here, not at the top.
+from trainyard.config.gpu_operator import (  # noqa: E402
+    COMPUTE_SLICES,
+    MIG_PREFIX,
+    GpuOperator,
+    Mig,
+    TimeSlicing,
+    advertised_resources,
+    mig_gpus,
+    validate_pool_sharing,
+)
+
+
 class ClusterAccess(Model):
     """How Pulumi reaches the cluster. An explicit provider is always used; there is no default provider."""
 
@@ -156,10 +169,13 @@ class Versions(Model):
     trainer: str = Field(default=catalog.DEFAULT_VERSIONS["trainer"], description="Kubeflow Trainer release (chart and CRDs).")
     cnpg: str = Field(default=catalog.DEFAULT_VERSIONS["cnpg"], description="CloudNativePG operator release (chart and CRDs).")
     mlflow: str = Field(default=catalog.DEFAULT_VERSIONS["mlflow"], description="MLflow community chart release.")
+    prometheus_operator: str = Field(
+        default=catalog.DEFAULT_VERSIONS["prometheus_operator"],
+        description="prometheus-operator release whose CRDs (ServiceMonitor, PodMonitor, PrometheusRule) are declared.")
 
     @model_validator(mode="after")
     def _known(self) -> Versions:
-        for component in ("kueue", "jobset", "trainer", "cnpg", "mlflow"):
+        for component in ("kueue", "jobset", "trainer", "cnpg", "mlflow", "prometheus_operator"):
             version = getattr(self, component)
             if (component, version) not in catalog.RELEASES:
                 known = ", ".join(catalog.known_versions(component))
@@ -213,6 +229,14 @@ class GpuPool(Model):
         description=f"Topology label keys the pool's nodes carry (e.g. block, rack); {HOSTNAME_LABEL} is implied.",
     )
     fake: bool = Field(default=False, description="Rehearsal only: nodes are fake Node objects with GPU capacity.")
+    driver: Literal["operator", "preinstalled"] = Field(
+        default="operator",
+        description="operator: the GPU operator installs the driver (one NVIDIADriver per pool); preinstalled: the "
+        "host image carries it and the nodes are labelled nvidia.com/gpu.deploy.driver=false.")
+    driver_version: str | None = Field(
+        default=None, description="Driver version for this pool; unset = gpu_operator.driver_version.")
+    mig: Mig | None = Field(default=None, description="MIG strategy and layout; unset = MIG off (whole GPUs).")
+    time_slicing: TimeSlicing | None = Field(default=None, description="Time-slicing replicas; unset = no sharing.")
 
     @property
     def gpus(self) -> int:
@@ -231,6 +255,9 @@ class GpuPool(Model):
             if self.nodes > MAX_FAKE_NODES or len(longest) > 63:
                 raise FieldError(("nodes",), f"a fake pool has at most {MAX_FAKE_NODES} nodes, whose names and "
                                              f"topology label values fit in 63 characters ({longest!r})")
+        if self.driver == "preinstalled" and self.driver_version is not None:
+            raise ValueError("driver_version only applies to driver: operator")
+        validate_pool_sharing(self)
         return self
 
 
@@ -322,6 +349,11 @@ class KueueSettings(Model):
     manage_jobs_without_queue_name: bool = Field(
         default=True, description="Suspend jobs in managed namespaces that name no queue (nothing bypasses quota)."
     )
+    mig_slice_budget: bool = Field(
+        default=False,
+        description="Also count every MIG instance as its compute slices (1g = 1 ... 7g = 7, a seventh of a GPU each) "
+        "in one budget per tenant (tenants[].mig_slices), through a Kueue resource transformation; per-profile quotas "
+        "still apply. See docs/components/gpu-operator.md.")
 
 
 class PriorityClass(Model):
@@ -336,11 +368,28 @@ class Cohort(Model):
     fair_share_weight: Quantity | None = Field(default=None, description="Share of the parent under fair sharing.")
 
 
+class SharedQuota(Model):
+    """A tenant's quota of one shared-GPU resource (a MIG profile or time-sliced replicas) on one flavor."""
+
+    resource: str = Field(description="Resource the pool advertises, e.g. nvidia.com/mig-1g.18gb or nvidia.com/gpu.shared.")
+    nominal: int = Field(ge=0, description="Nominal quota, in units of the resource (slices or replicas).")
+    borrowing_limit: int | None = Field(default=None, ge=0, description="Units above nominal it may borrow; unset = no limit.")
+    lending_limit: int | None = Field(default=None, ge=0, description="Units of its nominal it may lend; unset = all.")
+
+    @model_validator(mode="after")
+    def _lending(self) -> SharedQuota:
+        if self.lending_limit is not None and self.lending_limit > self.nominal:
+            raise ValueError(f"lending_limit {self.lending_limit} exceeds the nominal quota of {self.nominal}")
+        return self
+
+
 class FlavorQuota(Model):
     """A tenant's quota on one GPU flavor. CPU and memory default to the GPU share of a node."""
 
     flavor: Name = Field(description="GPU pool (ResourceFlavor) name.")
-    gpus: Count = Field(description="Nominal GPU quota.")
+    gpus: Count = Field(description="Nominal quota of whole GPUs (nvidia.com/gpu as the pool advertises it).")
+    shared: tuple[SharedQuota, ...] = Field(
+        default=(), description="Quotas of the pool's shared-GPU resources (MIG profiles, time-sliced replicas).")
     borrowing_limit: Count | None = Field(default=None, description="GPUs above nominal it may borrow; unset = no limit.")
     lending_limit: Count | None = Field(default=None, description="GPUs of its nominal it may lend; unset = all.")
     cpu: Quantity | None = Field(default=None, description="Nominal CPU; default: the GPU share of the pool's node CPU.")
@@ -350,6 +399,7 @@ class FlavorQuota(Model):
     def _lending(self) -> FlavorQuota:
         if self.lending_limit is not None and self.lending_limit > self.gpus:
             raise ValueError(f"lending_limit {self.lending_limit} exceeds the nominal quota of {self.gpus} GPUs")
+        _unique("shared (resource)", [q.resource for q in self.shared])
         return self
 
 
@@ -372,6 +422,9 @@ class Tenant(Model):
     groups: tuple[Group, ...] = Field(default=(), description="Identity-provider groups bound to the tenant role.")
     storage: StorageQuota = Field(default=StorageQuota(), description="Storage part of the namespace ResourceQuota.")
     max_trainjobs: Count = Field(default=50, description="ResourceQuota on TrainJob objects in the namespace.")
+    mig_slices: Count | None = Field(
+        default=None,
+        description="Budget of MIG compute slices across every MIG profile and pool (needs kueue.mig_slice_budget).")
 
     @property
     def namespace_name(self) -> str:
@@ -449,8 +502,9 @@ class Rehearsal(Model):
         default=(), description="Controllers whose charts are not installed (CRDs and Trainyard objects still are).")
 
 
-# security.py, multikueue.py and mlflow.py build on Model and the name types above, so they are imported here.
+# security.py, multikueue.py, mlflow.py and monitoring.py build on Model and the name types above, so they are imported here.
 from trainyard.config.mlflow import Mlflow  # noqa: E402
+from trainyard.config.monitoring import Monitoring  # noqa: E402
 from trainyard.config.multikueue import MultiKueue  # noqa: E402
 from trainyard.config.security import Security  # noqa: E402
 
@@ -463,6 +517,9 @@ class PlatformConfig(Model):
     versions: Versions = Field(default=Versions(), description="Upstream component versions.")
     crds: CrdSource = Field(default=CrdSource(), description="Where the upstream CRDs come from.")
     gpu_pools: tuple[GpuPool, ...] = Field(min_length=1, description="GPU node pools; one ResourceFlavor each.")
+    gpu_operator: GpuOperator | None = Field(
+        default=None, description="The NVIDIA GPU operator; unset = not installed (fake GPUs, or a site-managed stack).")
+    monitoring: Monitoring = Field(default=Monitoring(), description="Metrics, alerts and dashboards.")
     allow_overcommit: bool = Field(default=False, description="Allow nominal GPU quotas above the physical GPUs.")
     topology: Topology | None = Field(default=None, description="Topology-aware scheduling levels; none = TAS off.")
     kueue: KueueSettings = Field(default=KueueSettings(), description="Kueue controller and queue settings.")
@@ -531,16 +588,20 @@ class PlatformConfig(Model):
                         ("tenants", i, "priority_classes", j), f"priority class {priority!r} is not defined in priority_classes"
                     )
 
+        self._check_gpu_stack()
+        self._check_shared_quotas()
+        self._check_slice_budget()
         if not self.allow_overcommit:
             for pool in self.gpu_pools:
                 committed = sum(q.gpus for t in self.tenants for q in t.quotas if q.flavor == pool.name)
-                if committed > pool.gpus:
+                whole = advertised_resources(pool).get(catalog.GPU_RESOURCE, 0)
+                if committed > whole:
                     index = next(i for i, p in enumerate(self.gpu_pools) if p.name == pool.name)
                     raise FieldError(
                         ("gpu_pools", index),
                         f"nominal GPU quotas on flavor {pool.name!r} add up to {committed}, but the pool has "
-                        f"{pool.gpus} GPUs ({pool.nodes} nodes x {pool.gpus_per_node}); lower the quotas, "
-                        "add nodes, or set allow_overcommit: true",
+                        f"{whole} GPUs ({pool.nodes} nodes x {whole // pool.nodes} {catalog.GPU_RESOURCE}); lower "
+                        "the quotas, add nodes, or set allow_overcommit: true",
                     )
 
         if self.topology is not None:
@@ -586,6 +647,76 @@ class PlatformConfig(Model):
         return self
 
 
+    def _check_gpu_stack(self) -> None:
+        """Sharing needs the operator; the operator's and monitoring's namespaces are no tenant's."""
+        for index, pool in enumerate(self.gpu_pools):
+            if self.gpu_operator is None and (pool.mig or pool.time_slicing) and not pool.fake:
+                what = "mig" if pool.mig else "time_slicing"
+                raise FieldError(("gpu_pools", index, what),
+                                 f"pool {pool.name!r} uses {what}, which the GPU operator configures; set gpu_operator")
+        prometheus = self.monitoring.prometheus.namespace
+        if self.monitoring.enabled and prometheus not in self.security.network.metrics_from:
+            # The controllers' NetworkPolicies admit their metrics port only from these namespaces.
+            raise FieldError(("monitoring", "prometheus", "namespace"),
+                             f"Prometheus in {prometheus!r} could not reach the controllers' metrics port: add "
+                             f"{prometheus!r} to security.network.metrics_from")
+        system = {"gpu_operator.namespace": self.gpu_operator.namespace if self.gpu_operator else None,
+                  "monitoring.namespace": self.monitoring.namespace if self.monitoring.enabled else None}
+        for index, tenant in enumerate(self.tenants):
+            for field, namespace in system.items():
+                if namespace is not None and tenant.namespace_name == namespace:
+                    raise FieldError(("tenants", index, "namespace"),
+                                     f"namespace {namespace!r} is the {field}; a tenant cannot live there")
+
+    def _check_slice_budget(self) -> None:
+        """With the budget on, every tenant holding MIG quota has a budget, and the budgets fit the MIG GPUs."""
+        on = self.kueue.mig_slice_budget
+        total = sum(COMPUTE_SLICES * gpus for pool in self.gpu_pools for gpus in [mig_gpus(pool)])
+        committed = 0
+        for index, tenant in enumerate(self.tenants):
+            mig = any(q.resource.startswith(MIG_PREFIX) for quota in tenant.quotas for q in quota.shared)
+            if tenant.mig_slices is not None and not on:
+                raise FieldError(("tenants", index, "mig_slices"), "set kueue.mig_slice_budget: true to use mig_slices")
+            if on and mig and tenant.mig_slices is None:
+                raise FieldError(("tenants", index, "mig_slices"),
+                                 "the tenant has MIG quotas and kueue.mig_slice_budget is on: give it a mig_slices budget")
+            committed += tenant.mig_slices or 0
+            if on and not self.allow_overcommit and committed > total:
+                raise FieldError(("tenants", index, "mig_slices"),
+                                 f"mig_slices budgets add up to {committed} with this one, but the MIG pools have "
+                                 f"{total} compute slices ({total // COMPUTE_SLICES} MIG GPUs x {COMPUTE_SLICES})")
+
+    def _check_shared_quotas(self) -> None:
+        """Shared quotas name resources their pool advertises and, summed, fit its slices or replicas."""
+        committed: dict[tuple[str, str], int] = {}
+        for i, tenant in enumerate(self.tenants):
+            for j, quota in enumerate(tenant.quotas):
+                if quota.flavor not in {p.name for p in self.gpu_pools}:
+                    continue
+                pool = self.pool(quota.flavor)
+                offered = advertised_resources(pool)
+                for k, shared in enumerate(quota.shared):
+                    path: tuple[str | int, ...] = ("tenants", i, "quotas", j, "shared", k)
+                    if shared.resource == catalog.GPU_RESOURCE or shared.resource not in offered:
+                        extra = sorted(set(offered) - {catalog.GPU_RESOURCE})
+                        raise FieldError((*path, "resource"),
+                                         f"pool {pool.name!r} does not advertise {shared.resource!r} as a shared "
+                                         f"resource (it offers: {', '.join(extra) or 'whole GPUs only, use gpus'})")
+                    if tenant.cohort is None and shared.borrowing_limit is not None:
+                        raise FieldError((*path, "borrowing_limit"),
+                                         "a tenant without a cohort cannot borrow; remove borrowing_limit or set cohort")
+                    key = (pool.name, shared.resource)
+                    committed[key] = committed.get(key, 0) + shared.nominal
+                    if not self.allow_overcommit and committed[key] > offered[shared.resource]:
+                        raise FieldError((*path, "nominal"),
+                                         f"nominal quotas of {shared.resource} on flavor {pool.name!r} add up to "
+                                         f"{committed[key]} with this one, but the pool advertises "
+                                         f"{offered[shared.resource]} ({pool.nodes} nodes x "
+                                         f"{offered[shared.resource] // pool.nodes}); lower the quota, change the "
+                                         "layout, or set allow_overcommit: true")
+
+
+
 # The MLflow chart's container port and pod selector labels (values.yaml service.containerPort;
 # templates/_helpers.tpl mlflow.selectorLabels with release name "mlflow").
 MLFLOW_PORT = 5000
@@ -607,6 +738,6 @@ def _unique(field: str, names: list[str]) -> None:
         raise ValueError(f"{field}: names must be unique; repeated: {', '.join(dupes)}")
 
 
-def gpu_share(pool: GpuPool, gpus: int, per_node: int | str) -> Fraction:
+def gpu_share(pool: GpuPool, gpus: int | Fraction, per_node: int | str) -> Fraction:
     """The part of a per-node resource that ``gpus`` GPUs of ``pool`` stand for."""
     return parse_quantity(per_node) * gpus / pool.gpus_per_node

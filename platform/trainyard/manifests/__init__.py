@@ -12,19 +12,40 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import admission, crds, installs, kueue, mlflow, multikueue, network, runtimes, tenants
+from trainyard.manifests import (
+    admission,
+    crds,
+    gpu_operator,
+    installs,
+    kueue,
+    mlflow,
+    monitoring,
+    multikueue,
+    network,
+    runtimes,
+    tenants,
+)
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest, object_id, object_key
 from trainyard.supply.lock import ImageLock, LockFileError, load_lock
 
-# Components whose CRDs the platform declares, in apply order (JobSet before Trainer, which uses it).
+# Components whose CRDs every stack declares, in apply order (JobSet before Trainer, which uses it).
 CRD_COMPONENTS = ["jobset", "kueue", "trainer"]
 
 
-def crd_components(config: PlatformConfig) -> list[str]:
-    """CRD_COMPONENTS, plus those of the optional concerns the stack turns on."""
-    return CRD_COMPONENTS + (["cnpg"] if config.mlflow.enabled else [])
+def crd_components(config: PlatformConfig) -> list[tuple[str, str]]:
+    """(component, version) of every CRD set the stack declares: the core, then those of the optional
+    concerns the stack turns on (CloudNativePG for MLflow, the GPU operator's, the prometheus-operator's).
+    All CRDs are applied before any other object."""
+    out = [(component, getattr(config.versions, component)) for component in CRD_COMPONENTS]
+    if config.mlflow.enabled:
+        out.append(("cnpg", config.versions.cnpg))
+    if config.gpu_operator is not None:
+        out.append(("gpu_operator", config.gpu_operator.version))
+    if config.monitoring.enabled and config.monitoring.declare_crds:
+        out.append(("prometheus_operator", config.versions.prometheus_operator))
+    return out
 
 
 @dataclass(frozen=True)
@@ -90,6 +111,8 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
             network.build(config),
             mlflow.build_operator(config),
             mlflow.build(config),
+            gpu_operator.build(config),
+            monitoring.build(config),
         )
     except (crds.CrdUnavailable, runtimes.RuntimeFileError, LockFileError) as exc:
         raise RenderError(str(exc)) from None

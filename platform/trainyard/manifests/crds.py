@@ -54,11 +54,11 @@ def mirror_dirs(config: PlatformConfig, stack_dir: Path | None) -> list[Path]:
     return dirs
 
 
-def load_crds(config: PlatformConfig, components: list[str], stack_dir: Path | None = None) -> list[Manifest]:
-    """The CRD manifests of ``components`` at the stack's versions, in catalog order."""
+def load_crds(config: PlatformConfig, components: list[tuple[str, str]], stack_dir: Path | None = None) -> list[Manifest]:
+    """The CRD manifests of each (component, version), in catalog order."""
     out: list[Manifest] = []
-    for component in components:
-        release = catalog.release(component, getattr(config.versions, component))
+    for component, version in components:
+        release = catalog.release(component, version)
         for crd in release.crds:
             content = _read_verified(config, release, crd, stack_dir)
             doc = _parse(crd.blob_sha, content)

@@ -216,7 +216,7 @@ def chart_values(config: PlatformConfig) -> dict[str, Any]:
     store = mlflow.object_store
     assert store is not None  # checked by the config model when enabled
     release = catalog.release("mlflow", config.versions.mlflow)
-    server_image, busybox = release.image, release.image_for("busybox")
+    server_image, busybox = release.installed()[2], release.image_for("busybox")
     server_repository = _image(config, server_image)
     busybox_image = {"repository": _image(config, busybox), "tag": busybox.tag, "pullPolicy": "IfNotPresent"}
     db_host = f"{CLUSTER}-rw"  # CloudNativePG's read-write Service of the primary
@@ -268,9 +268,9 @@ def chart_values(config: PlatformConfig) -> dict[str, Any]:
 
 def cnpg_values(config: PlatformConfig) -> dict[str, Any]:
     """Values of the cloudnative-pg chart (0.29.0). Ref: charts/cloudnative-pg values.yaml."""
-    release = catalog.release("cnpg", config.versions.cnpg)
+    _, _, operator_image = catalog.release("cnpg", config.versions.cnpg).installed()
     return {
-        "image": {"repository": _image(config, release.image), "tag": release.image.tag, "pullPolicy": "IfNotPresent"},
+        "image": {"repository": _image(config, operator_image), "tag": operator_image.tag, "pullPolicy": "IfNotPresent"},
         # Trainyard declares the CRDs itself (manifests/crds.py).
         "crds": {"create": False},
     }
@@ -281,9 +281,10 @@ def releases(config: PlatformConfig) -> list[ChartRelease]:
     out = []
     for component, values in (("cnpg", cnpg_values(config)), ("mlflow", chart_values(config))):
         pinned = catalog.release(component, getattr(config.versions, component))
+        chart, _, _ = pinned.installed()
         out.append(ChartRelease(
-            name=component, component=component, chart=pinned.chart.chart, repo=pinned.chart.repo,
-            version=pinned.chart.version or pinned.version,
+            name=component, component=component, chart=chart.chart, repo=chart.repo,
+            version=chart.version or pinned.version,
             namespace=config.mlflow.namespace if component == "mlflow" else pinned.namespace,
             values=values, external=component in external))
     return out

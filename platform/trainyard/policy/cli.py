@@ -25,6 +25,7 @@ import yaml
 
 from trainyard.cli import EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
 from trainyard.config.load import YamlLoader, yaml_shape_problem
+from trainyard.manifests.gpu_operator import pod_security_exceptions
 from trainyard.manifests.meta import Manifest
 from trainyard.project import open_stack
 
@@ -192,6 +193,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     print(f"{stack.name}: {mandatory} mandatory, {len(findings) - mandatory} advisory findings "
           f"({len(RULES)} rules over {len(rendered.all_objects)} rendered + {len(extra)} extra objects"
           + (f"; disabled by the stack: {', '.join(disabled)}" if disabled else "") + ")")
+    for exception in pod_security_exceptions(stack.config):
+        print(f"reviewed exception: Namespace/{exception.namespace} enforces Pod Security {exception.level} "
+              f"({exception.reason})")
     return EXIT_VIOLATIONS if mandatory else EXIT_OK
 
 

@@ -28,7 +28,7 @@ def catalog_images(ctx: Context) -> set[str]:
     out = set()
     for key in components:
         release = catalog.RELEASES.get(key)
-        if release is not None:
+        if release is not None and release.image is not None:
             upstream = ImageRef(release.image.registry, release.image.repository, release.image.tag)
             out.add(mirrored(upstream, ctx.config.images.registry_mirror).tagged)
     return out

@@ -1,4 +1,4 @@
-"""The review subcommands of ``trainyard``: ``diff`` and ``preview-comment``.
+"""The review subcommands of ``trainyard``: ``diff``, ``preview-comment`` and ``status``.
 
 Registered through ``trainyard.cli.EXTRA_COMMANDS`` when this module is imported. Bad input
 (an unknown revision, a stack file missing, a preview file of another format) ends with
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -80,6 +82,44 @@ def _cmd_preview_comment(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _kubectl(args: argparse.Namespace) -> list[str]:
+    """kubectl with the stack's kubeconfig and context (flags override); --kubectl, PATH, or the tools cache."""
+    from trainyard.project import open_stack
+
+    cluster = open_stack(args.stack).config.cluster
+    tools = Path(os.environ.get("TRAINYARD_TOOLS_DIR") or Path.home() / ".cache" / "trainyard" / "tools") / "bin"
+    binary = args.kubectl or shutil.which("kubectl") or (str(tools / "kubectl") if (tools / "kubectl").is_file() else None)
+    if binary is None:
+        raise UsageError("kubectl not found: put it on PATH, pass --kubectl, or run `make tools`")
+    kubeconfig = args.kubeconfig or cluster.kubeconfig
+    return [binary, *(["--kubeconfig", kubeconfig] if kubeconfig else []), "--context", args.context or cluster.context]
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from trainyard.review.status import ClusterReadError, read_cluster, status_report
+    from trainyard.review.status import to_json as status_json
+    from trainyard.review.status import to_markdown as status_markdown
+
+    if args.from_file:
+        try:
+            snapshot = json.loads(Path(args.from_file).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UsageError(f"{args.from_file}: cannot read a recorded snapshot: {exc}") from None
+        context = f"{args.stack} (recorded: {Path(args.from_file).name})"
+    else:
+        kubectl = _kubectl(args)
+        try:
+            snapshot = read_cluster(kubectl)
+        except ClusterReadError as exc:
+            raise UsageError(str(exc)) from None
+        context = kubectl[-1]
+    if args.save:
+        Path(args.save).write_text(json.dumps(snapshot, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    report = status_report(snapshot, context)
+    _emit(status_json(report) if args.format == "json" else status_markdown(report, not args.all_resources), args.out)
+    return EXIT_OK
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     help_text = "review a change: per-object diff, capacity, charts and policy results, as Markdown for a pull request"
     diff = subparsers.add_parser("diff", help=help_text, description=help_text)
@@ -100,6 +140,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     comment.add_argument("--format", choices=FORMATS, default="markdown", help="output format (default: markdown)")
     comment.add_argument("--out", metavar="FILE", help="write the review to FILE instead of stdout")
     comment.set_defaults(func=_cmd_preview_comment)
+
+    help_text = ("read the live cluster: quota, usage and borrowing per ClusterQueue and flavor, and the pending "
+                 "workloads with the reason Kueue gives, oldest first")
+    status = subparsers.add_parser("status", help=help_text, description=help_text)
+    status.add_argument("stack", metavar="STACK", help="stack name (its cluster.kubeconfig and cluster.context are used)")
+    status.add_argument("--context", help="kubeconfig context (default: the stack's cluster.context)")
+    status.add_argument("--kubeconfig", help="kubeconfig file (default: the stack's cluster.kubeconfig, else kubectl's)")
+    status.add_argument("--kubectl", help="kubectl binary (default: PATH, then the tools cache)")
+    status.add_argument("--from", dest="from_file", metavar="FILE", help="report on a recorded snapshot (see --save)")
+    status.add_argument("--save", metavar="FILE", help="also write the objects read as a snapshot for --from")
+    status.add_argument("--all-resources", action="store_true", help="list cpu and memory too, not only GPU resources")
+    status.add_argument("--format", choices=("markdown", "json"), default="markdown", help="output format")
+    status.add_argument("--out", metavar="FILE", help="write the report to FILE instead of stdout")
+    status.set_defaults(func=_cmd_status)
 
 
 if register not in EXTRA_COMMANDS:

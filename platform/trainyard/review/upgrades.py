@@ -210,7 +210,8 @@ def chart_default_changes(old: ChartRelease, new: ChartRelease,
 def _catalog_images(release: ChartRelease) -> tuple[str, ...]:
     """The upstream controller image of a release's version (the catalog's)."""
     pinned = catalog.RELEASES.get((release.component, release.version))
-    out = [f"{pinned.image.registry}/{pinned.image.repository}:{pinned.image.tag}"] if pinned else []
+    image = pinned.image if pinned else None
+    out = [f"{image.registry}/{image.repository}:{image.tag}"] if image else []
     return tuple(out)
 
 
