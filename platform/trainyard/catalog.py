@@ -28,6 +28,18 @@ class ChartRef:
 
     chart: str
     repo: str | None = None
+    # The chart's own version where it differs from the component's (CloudNativePG chart 0.29.0 = operator 1.30.0).
+    version: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The chart's name (``Chart.yaml`` ``name``): the last segment of an OCI reference."""
+        return chart_name(self.chart)
+
+    @property
+    def mirror_dir(self) -> str:
+        """The chart's directory in a chart mirror laid out like ../shared/charts."""
+        return chart_mirror_dir(self.name)
 
 
 @dataclass(frozen=True)
@@ -41,19 +53,33 @@ class Image:
 
 @dataclass(frozen=True)
 class Release:
-    """One pinned upstream release of a component."""
+    """One pinned upstream release of a component.
+
+    A CRD-only component (the prometheus-operator CRDs, whose operator the site runs itself)
+    has no chart, namespace or image: ``installed()`` refuses it.
+    """
 
     component: str
     version: str
     repository: str
     tag: str
-    chart: ChartRef
-    namespace: str
     crds: tuple[CrdFile, ...]
-    image: Image
-    # The chart's own version string where it differs from ``version`` (KServe and cert-manager publish
-    # their charts as v<version>).
-    chart_version: str | None = None
+    chart: ChartRef | None = None
+    namespace: str = ""
+    image: Image | None = None
+    # The application version a chart deploys, where it differs from the chart version (MLflow chart 1.11.5 = MLflow 3.15.1).
+    app_version: str | None = None
+    # Further images the release runs besides ``image`` (init containers, operands), by role.
+    images: tuple[tuple[str, Image], ...] = ()
+
+    def image_for(self, role: str) -> Image:
+        return next(image for name, image in self.images if name == role)
+
+    def installed(self) -> tuple[ChartRef, str, Image]:
+        """(chart, namespace, image) of a component Trainyard installs."""
+        if self.chart is None or self.image is None or not self.namespace:
+            raise KeyError(f"{self.component} {self.version} is pinned for its CRDs only; it has no chart")
+        return self.chart, self.namespace, self.image
 
     def crd_url(self, crd: CrdFile) -> str:
         """The raw URL of a CRD file at this release's tag (used when no mirror is configured)."""
@@ -61,9 +87,13 @@ class Release:
         return f"https://raw.githubusercontent.com/{owner_repo}/{self.tag}/{crd.repo_path}"
 
 
-_KUEUE_CRDS = tuple(
-    CrdFile(f"kueue.x-k8s.io_{plural}.yaml", f"config/components/crd/bases/kueue.x-k8s.io_{plural}.yaml", sha)
-    for plural, sha in (
+def _crd_files(group: str, directory: str, blobs: tuple[tuple[str, str], ...]) -> tuple[CrdFile, ...]:
+    """The controller-gen CRD files ``<group>_<plural>.yaml`` in ``directory``, with their pinned blob SHAs."""
+    return tuple(CrdFile(f"{group}_{plural}.yaml", f"{directory}/{group}_{plural}.yaml", sha) for plural, sha in blobs)
+
+
+_KUEUE_CRDS = _crd_files(
+    "kueue.x-k8s.io", "config/components/crd/bases", (
         ("admissionchecks", "317662baa1e7653915510c627ac91c020926c0ca"),
         ("clusterqueues", "a605e10a33050f30a5a31a5240444216a2a4f553"),
         ("cohorts", "0a66adc3e955bf3ab7717452f67269ce2e84fd9b"),
@@ -78,9 +108,15 @@ _KUEUE_CRDS = tuple(
     )
 )
 
-_TRAINER_CRDS = tuple(
-    CrdFile(f"trainer.kubeflow.org_{plural}.yaml", f"manifests/base/crds/trainer.kubeflow.org_{plural}.yaml", sha)
-    for plural, sha in (
+# The Kueue CRDs whose v1beta1 and v1beta2 schemas differ, so the API server converts between
+# them through Kueue's conversion webhook. Upstream adds ``spec.conversion`` to exactly these
+# in its kustomize config and its chart; the base CRD files have none.
+# Ref: kueue v0.19.2 charts/kueue/templates/crd/*.yaml (spec.conversion.strategy: Webhook).
+KUEUE_CONVERTED_CRDS = ("clusterqueues", "cohorts", "localqueues", "multikueueclusters", "workloads")
+
+_TRAINER_CRDS = _crd_files(
+    "trainer.kubeflow.org", "manifests/base/crds", (
+
         ("clustertrainingruntimes", "567ec335d01e171ba0e41f63fc59da6cc34e4b9f"),
         ("trainingruntimes", "92de7e94370bd4f2b2e8468a97f7251607a88367"),
         ("trainjobs", "a5f2a17714acd92c11be743562498e83e20c25d1"),
@@ -123,6 +159,47 @@ _CERT_MANAGER_CRDS = tuple(
         ("cert-manager.io", "certificates", "1eb46fbeed2127650fe4ec06ddc7289163f75e3b"),
         ("cert-manager.io", "clusterissuers", "f24cab2d55ebe37a8c000d10d7f9de19636027f9"),
         ("cert-manager.io", "issuers", "bfa8262b5628e1d8ea7cc398cf1ad321a2bedc62"),
+    )
+)
+
+# CloudNativePG 1.30.0 CRDs (config/crd/bases at v1.30.0); the chart ships the same in templates/crds/crds.yaml.
+# Ref: ../shared/crds/SOURCES.md, "cloudnative-pg v1.30.0".
+_CNPG_CRDS = _crd_files(
+    "postgresql.cnpg.io", "config/crd/bases", (
+        ("backups", "ffe59ea881c254ad64c0a9539ea40a43aab5852a"),
+        ("clusterimagecatalogs", "60b4af20a3cf17f81085f480e2226ad65883d186"),
+        ("clusters", "a65a1f0e93d46f092440ac42d1516a40822ca640"),
+        ("databaseroles", "7581f1f9cfe3180387e68be8f3d57b58b02dc197"),
+        ("databases", "5ec7f65d6df2bb50818811d596e252a5ece6023c"),
+        ("failoverquorums", "b35cf8bf9752da136fa319de643d8ff8d407f936"),
+        ("imagecatalogs", "8c3d4b442af6abfec180e2314fc144cc53e6bc25"),
+        ("poolers", "76df8b6022738f00c46839f0d896d7f0e0ddd60a"),
+        ("publications", "c833e9501e56246276ed879451c358556b362221"),
+        ("scheduledbackups", "8447e78fca3768de9caa03d717251da230513fcb"),
+        ("subscriptions", "c7cd47631e6056a356a87f0f10587ea873e8ccb8"),
+    ),
+)
+
+# Ref: deployments/gpu-operator/crds/ at v26.7.0 (the files the chart's crds/ directory installs);
+# blob SHAs from ../shared/crds/SOURCES.md. The resource.nvidia.com CRDs belong to the bundled DRA
+# driver, which Trainyard does not use (device plugin, not DRA).
+_GPU_OPERATOR_CRDS = tuple(
+    CrdFile(f"nvidia.com_{plural}.yaml", f"deployments/gpu-operator/crds/nvidia.com_{plural}.yaml", sha)
+    for plural, sha in (
+        ("clusterpolicies", "f589282b2001c999f233747f263bd29abaebe8b3"),
+        ("gpuclusters", "30ff8543d7025f0abb110a4575c8a79e571d54dc"),
+        ("nvidiadrivers", "959d57c5dcf6f6edf58e088695e3c7cefdd072ee"),
+    )
+)
+
+# Only the three kinds Trainyard emits. Ref: example/prometheus-operator-crd/ at v0.93.0.
+_PROMETHEUS_OPERATOR_CRDS = tuple(
+    CrdFile(f"monitoring.coreos.com_{plural}.yaml", f"example/prometheus-operator-crd/monitoring.coreos.com_{plural}.yaml",
+            sha)
+    for plural, sha in (
+        ("servicemonitors", "f5736255990a0e152851fadb55f84d6fd0f91d87"),
+        ("podmonitors", "5c1bde3d4a5f3131fd6c148ab933193b867173f2"),
+        ("prometheusrules", "b423c3225b18489ca7bbc5091f38f7003c4bf3fc"),
     )
 )
 
@@ -169,11 +246,19 @@ RELEASES: dict[tuple[str, str], Release] = {
             # The controller chart; kserve-crd is not installed (Trainyard declares the CRDs) and neither is
             # kserve-runtime-configs (only the reviewed runtimes in serving-runtimes/ are installed).
             # Ref: https://kserve.github.io/website/docs/admin-guide/kubernetes-deployment (helm install ... oci://ghcr.io/kserve/charts/...)
-            chart=ChartRef("oci://ghcr.io/kserve/charts/kserve-resources"),
+            chart=ChartRef("oci://ghcr.io/kserve/charts/kserve-resources", version="v0.20.0"),
             namespace="kserve",
             crds=_KSERVE_CRDS,
             image=Image("docker.io", "kserve/kserve-controller", "v0.20.0"),
-            chart_version="v0.20.0",
+            # The other images the controller puts into InferenceService pods or runs beside itself, as
+            # kserve-resources v0.20.0 names them (values.yaml: kserve.storage.image, agent.image, router.image,
+            # controller.rbacProxyImage). Empty tags there default to kserve.version.
+            images=(
+                ("storage-initializer", Image("docker.io", "kserve/storage-initializer", "v0.20.0")),
+                ("agent", Image("docker.io", "kserve/agent", "v0.20.0")),
+                ("router", Image("docker.io", "kserve/router", "v0.20.0")),
+                ("rbac-proxy", Image("quay.io", "brancz/kube-rbac-proxy", "v0.18.0")),
+            ),
         ),
         Release(
             component="cert_manager",
@@ -181,31 +266,143 @@ RELEASES: dict[tuple[str, str], Release] = {
             repository="https://github.com/cert-manager/cert-manager",
             tag="v1.21.1",
             # Ref: https://cert-manager.io/docs/installation/helm/ (repo https://charts.jetstack.io, versions v-prefixed)
-            chart=ChartRef("cert-manager", "https://charts.jetstack.io"),
+            chart=ChartRef("cert-manager", "https://charts.jetstack.io", version="v1.21.1"),
             namespace="cert-manager",
             crds=_CERT_MANAGER_CRDS,
             image=Image("quay.io", "jetstack/cert-manager-controller", "v1.21.1"),
-            chart_version="v1.21.1",
+            # The chart's other images (templates/_helpers.tpl "cert-manager.image": <imageRegistry>/<imageNamespace>/<name>
+            # at the chart's appVersion); startupapicheck is off in Trainyard's values.
+            images=(
+                ("webhook", Image("quay.io", "jetstack/cert-manager-webhook", "v1.21.1")),
+                ("cainjector", Image("quay.io", "jetstack/cert-manager-cainjector", "v1.21.1")),
+                ("acmesolver", Image("quay.io", "jetstack/cert-manager-acmesolver", "v1.21.1")),
+            ),
+        ),
+        Release(
+            component="cnpg",
+            version="1.30.0",
+            repository="https://github.com/cloudnative-pg/cloudnative-pg",
+            tag="v1.30.0",
+            # Chart cloudnative-pg 0.29.0 deploys operator 1.30.0 (charts/cloudnative-pg/Chart.yaml appVersion).
+            # Ref: https://cloudnative-pg.github.io/charts (cloudnative-pg/charts tag cloudnative-pg-v0.29.0)
+            chart=ChartRef("cloudnative-pg", "https://cloudnative-pg.github.io/charts", version="0.29.0"),
+            namespace="cnpg-system",
+            crds=_CNPG_CRDS,
+            image=Image("ghcr.io", "cloudnative-pg/cloudnative-pg", "1.30.0"),
+            app_version="1.30.0",
+            # The operand image the operator defaults to at 1.30.0 (pkg/versions/versions.go); pinned here
+            # so that an operator upgrade never moves PostgreSQL by itself.
+            images=(("postgresql", Image("ghcr.io", "cloudnative-pg/postgresql", "18.4-system-trixie")),),
+        ),
+        Release(
+            component="mlflow",
+            version="1.11.5",
+            repository="https://github.com/community-charts/helm-charts",
+            tag="mlflow-1.11.5",
+            # Ref: https://community-charts.github.io/docs/charts/mlflow/ (chart 1.11.5, appVersion 3.15.1)
+            chart=ChartRef("mlflow", "https://community-charts.github.io/helm-charts"),
+            namespace="mlflow",
+            crds=(),
+            # The chart's default image (values.yaml image.repository), not the official mlflow/mlflow one:
+            # it bundles the PostgreSQL driver and boto3 the chart's server arguments rely on.
+            image=Image("docker.io", "burakince/mlflow", "3.15.1"),
+            app_version="3.15.1",
+            # values.yaml initImages.dbchecker / iniFileInitializer.
+            images=(("busybox", Image("docker.io", "library/busybox", "1.38.0")),),
+        ),
+        Release(
+            component="gpu_operator",
+            version="26.7.0",
+            repository="https://github.com/NVIDIA/gpu-operator",
+            tag="v26.7.0",
+            # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/getting-started.html
+            chart=ChartRef("gpu-operator", repo="https://helm.ngc.nvidia.com/nvidia"),
+            namespace="gpu-operator",
+            crds=_GPU_OPERATOR_CRDS,
+            image=Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
+        ),
+        Release(
+            component="prometheus_operator",
+            version="0.93.0",
+            repository="https://github.com/prometheus-operator/prometheus-operator",
+            tag="v0.93.0",
+            crds=_PROMETHEUS_OPERATOR_CRDS,
         ),
     )
 }
 
-# The other images the KServe controller puts into InferenceService pods or runs beside itself, as
-# kserve-resources v0.20.0 names them (values.yaml: kserve.storage.image, agent.image, router.image,
-# controller.rbacProxyImage). Empty tags there default to kserve.version.
-KSERVE_IMAGES: dict[str, Image] = {
-    "storage-initializer": Image("docker.io", "kserve/storage-initializer", "v0.20.0"),
-    "agent": Image("docker.io", "kserve/agent", "v0.20.0"),
-    "router": Image("docker.io", "kserve/router", "v0.20.0"),
-    "rbac-proxy": Image("quay.io", "brancz/kube-rbac-proxy", "v0.18.0"),
+# The GPU operator's operands, as its v26.7.0 chart pins them (deployments/gpu-operator/values.yaml;
+# the operator and validator default to the chart's appVersion, NFD to its subchart's appVersion).
+# Pinned here too, so that a mirror serves exactly these and an upgrade is one reviewed diff.
+GPU_OPERATOR_OPERANDS: dict[str, Image] = {
+    "operator": Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
+    "validator": Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
+    "driver": Image("nvcr.io", "nvidia/driver", "595.91.07"),
+    "driver.manager": Image("nvcr.io", "nvidia/cloud-native/k8s-driver-manager", "v0.12.0"),
+    "toolkit": Image("nvcr.io", "nvidia/k8s/container-toolkit", "v1.20.0"),
+    "devicePlugin": Image("nvcr.io", "nvidia/k8s-device-plugin", "v0.20.0"),
+    "gfd": Image("nvcr.io", "nvidia/k8s-device-plugin", "v0.20.0"),
+    "dcgmExporter": Image("nvcr.io", "nvidia/k8s/dcgm-exporter", "4.6.0-4.8.3-distroless"),
+    "migManager": Image("nvcr.io", "nvidia/cloud-native/k8s-mig-manager", "v0.15.0"),
+    "node-feature-discovery": Image("registry.k8s.io", "nfd/node-feature-discovery", "v0.19.0"),
 }
 
 # The directory name of each component inside a CRD mirror (layout of ../shared/crds).
-MIRROR_DIRS: dict[str, str] = {"kueue": "kueue", "jobset": "jobset", "trainer": "kubeflow-trainer", "kserve": "kserve",
+MIRROR_DIRS: dict[str, str] = {"kueue": "kueue", "jobset": "jobset", "trainer": "kubeflow-trainer",
+                               "cnpg": "cloudnative-pg", "gpu_operator": "gpu-operator",
+                               "prometheus_operator": "prometheus-operator", "kserve": "kserve",
                                "cert_manager": "cert-manager"}
 
-DEFAULT_VERSIONS: dict[str, str] = {"kueue": "0.19.2", "jobset": "0.12.0", "trainer": "2.3.0", "kserve": "0.20.0",
-                                    "cert_manager": "1.21.1"}
+# A chart mirror (../shared/charts, TRAINYARD_CHARTS_DIR) holds each chart as
+# <dir>/<chart version>/, where <dir> is the chart's name except for these names, too generic
+# to stand alone. Ref: ../shared/charts/SOURCES.md ("Directory layout").
+CHART_MIRROR_DIRS: dict[str, str] = {
+    "operator": "minio-operator",
+    "tenant": "minio-tenant",
+    "common": "bitnami-common",
+    "cluster": "cnpg-grafana-dashboard-cluster",
+}
+
+
+# The listing hash of each chart directory in the mirror: sha256 over ``sha256sum`` of every file,
+# sorted by path (C locale), paths relative to the mirror; a drifted or edited copy is an error.
+# ``cd <mirror> && find <dir>/<version> -type f | LC_ALL=C sort | xargs sha256sum | sha256sum``.
+# Ref: ../shared/charts/SOURCES.md (table "Charts", column "listing sha256"; which copies differ
+# from upstream git and why).
+CHART_LISTINGS: dict[str, str] = {
+    "kueue/0.19.2": "c43fafe97656bd1f51d8fa9a6500047e899f9b3addf6fa732cde8949e9692429",
+    "jobset/0.12.0": "13ffec1276425b5c26869a547721e547512680810578d79537d9378fb8c287d6",
+    "kubeflow-trainer/2.3.0": "3478527d69eebadcf1697dcf1c3fd5e161d4e590076e45f3bcf00b4c08acc73d",
+    "lws/v0.8.0": "629affda2ff2c269a09a8e462dd82996f9b15d4cfa23f4f8d64b54e8ddec2d4e",
+    "gpu-operator/v26.7.0": "1125f95db47159ed964c70a038a7c6a66fc29b1b4efa8f2a640a729a14872781",
+    "kserve-crd/v0.20.0": "1495feaed78db9ea7a8d7ba48f8f9b328399e1db1200051a09aeab085e0a2fe7",
+    "kserve-resources/v0.20.0": "b745f4609c1228896e726705e7ce4932a184158ec7c87b6572b08db97a529f91",
+    "kserve-runtime-configs/v0.20.0": "4a4e948bd1402ac93674a632facdcf44a75482a95a7beabae74eda0089343072",
+    "cert-manager/v1.21.1": "d521e848616892bbd2bb3328fe7b7b92c2247cecbe3345ce96dba351d4496a44",
+    "mlflow/1.11.5": "99c675caffc1d878b22e415aeaeaae3fcc761876f8e9b8ae1b6490835744d3dd",
+    "mysql/14.0.3": "8e3d8eb25f829347737d4db3f79ec9017aa6ca373c3c6c5b5cf3ca30bdb4c736",
+    "bitnami-common/2.31.4": "45535380389a45e48eaa5f0da39939819b015a3e5474941c549344765b9598d4",
+    "minio/5.4.0": "a9e0a619d6c6366ab4df869074bd2edf20b925567f6727f286c272c7e1cb1e89",
+    "cloudnative-pg/0.29.0": "e08d11161966a14eac0e972d2ba4dd8d05e47832fd58af2834ebd73f826a388e",
+    "cnpg-grafana-dashboard-cluster/0.0.5": "435c5e558d877807aad4a005f12226119bd18907d7d57a05691f64564117ea4e",
+    "minio-operator/7.1.1": "1c6cdefb72c1c3853fe3251408bb460b457d20fa4cb75c141ec48631ebb5eac4",
+    "minio-tenant/7.1.1": "7a7d6b19c2cd322311f11daa04fb69f34e0f2248f3dbc504ca058b085adbc370",
+    "seaweedfs/4.44.0": "5112eb39f24eb0e40567f7133404ab2bc8c0ae6e29909c2694950acf551a2d9b",
+}
+
+
+def chart_name(reference: str) -> str:
+    """``oci://registry.k8s.io/kueue/charts/kueue`` -> ``kueue``; a plain name stays as it is."""
+    return reference.rstrip("/").rsplit("/", 1)[-1]
+
+
+def chart_mirror_dir(name: str) -> str:
+    return CHART_MIRROR_DIRS.get(name, name)
+
+
+DEFAULT_VERSIONS: dict[str, str] = {"kueue": "0.19.2", "jobset": "0.12.0", "trainer": "2.3.0", "cnpg": "1.30.0",
+                                    "mlflow": "1.11.5", "gpu_operator": "26.7.0", "prometheus_operator": "0.93.0",
+                                    "kserve": "0.20.0", "cert_manager": "1.21.1"}
 
 # API versions Trainyard emits. Kueue v1beta1 is still served by v0.19 but deprecated.
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
@@ -214,6 +411,16 @@ TRAINER_API = "trainer.kubeflow.org/v1alpha1"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 KSERVE_API = "serving.kserve.io/v1beta1"
 KSERVE_RUNTIME_API = "serving.kserve.io/v1alpha1"
+CNPG_API = "postgresql.cnpg.io/v1"
+# The barman-cloud CNPG-I plugin's API (its ObjectStore CRD is not in ../shared/crds).
+# Ref: cloudnative-pg/plugin-barman-cloud config/crd/bases/barmancloud.cnpg.io_objectstores.yaml
+BARMAN_CLOUD_API = "barmancloud.cnpg.io/v1"
+BARMAN_CLOUD_PLUGIN = "barman-cloud.cloudnative-pg.io"
+NVIDIA_API = "nvidia.com/v1alpha1"
+MONITORING_API = "monitoring.coreos.com/v1"
+
+# Helm, built from Go modules by tools/build.sh, renders the charts in tests/charts.
+HELM_VERSION = "v3.22.0"
 
 # The Kubernetes version whose OpenAPI schemas the conformance gate validates against.
 KUBERNETES_VERSION = "1.36.0"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -10,6 +11,8 @@ import pytest
 
 from tests.conftest import needs_crds, rendered, stack
 from tests.policy.cases import GOOD_IMAGE, GPU, TENANT_NS, container, pod, trainjob, with_change
+from trainyard.manifests.gpu_operator import PSA_EXCEPTION_ANNOTATION
+from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, TENANT_LABEL
 from trainyard.policy import RULE_IDS, RULES_BY_ID, Context
 from trainyard.policy.engine import run_rules
@@ -89,6 +92,16 @@ CASES: dict[str, Case] = {
           "stringData": {"AWS_SECRET_ACCESS_KEY": "hunter2"}}],
         [pod(container(env=[{"name": "AWS_SECRET_ACCESS_KEY",
                              "valueFrom": {"secretKeyRef": {"name": "s3", "key": "secret"}}}]))]),
+    "mlflow-auth-on": lambda _: (
+        [pod(container(command=["mlflow"], args=["server", "--host=0.0.0.0"]))],
+        [pod(container(command=["mlflow"], args=["server", "--host=0.0.0.0", "--app-name=basic-auth"]))]),
+    "no-inline-mlflow-credentials": lambda _: (
+        [with_change(trainjob(), "spec.trainer.env", [{"name": "MLFLOW_TRACKING_PASSWORD", "value": "x"}]),
+         with_change(trainjob(), "spec.trainer.env", [{"name": "MLFLOW_TRACKING_URI",
+                                                       "value": "http://eval:pw@mlflow.mlflow.svc"}]),
+         with_change(trainjob(), "spec.trainer.env", [{"name": "MLFLOW_TRACKING_USERNAME", "valueFrom": {
+             "secretKeyRef": {"name": "borrowed", "key": "user"}}}])],
+        [with_change(trainjob(), "spec.trainer.env", [{"name": "MLFLOW_EXPERIMENT_NAME", "value": "sft"}])]),
     "trainjob-approved-runtime": lambda _: ([with_change(trainjob(), "spec.runtimeRef.name", "my-own-runtime")], [trainjob()]),
     "trainjob-queue-label": lambda objs: ([*objs, trainjob({PRIORITY_CLASS_LABEL: "standard"})], [*objs, trainjob()]),
     "trainjob-priority-class": lambda _: ([trainjob({QUEUE_NAME_LABEL: "default", PRIORITY_CLASS_LABEL: "critical"})],
@@ -111,7 +124,10 @@ CASES: dict[str, Case] = {
     "tenant-resource-quota": lambda objs: (_without(objs, "ResourceQuota", TENANT_NS), objs),
     "tenant-psa-restricted": lambda objs: ([*objs, _tenant_namespace("new-team", psa="baseline")],
                                            [*objs, _tenant_namespace("new-team")]),
-    "psa-no-weaker-level": lambda _: ([_tenant_namespace("x", psa="privileged")], [_tenant_namespace("x")]),
+    "psa-no-weaker-level": lambda objs: ([_tenant_namespace("x", psa="privileged")],
+                                         [_tenant_namespace("x"), _namespace_named(objs, "gpu-operator")]),
+    "psa-exception-exclusive": lambda objs: (
+        [*objs, _claiming_exception("x"), with_change(pod(), "metadata.namespace", "gpu-operator")], objs),
     "no-exposed-services": lambda _: ([_service("LoadBalancer")], [_service("ClusterIP")]),
     "netpol-no-internet-egress": lambda _: ([_egress_policy({"ipBlock": {"cidr": "0.0.0.0/0"}})],
                                             [_egress_policy({"ipBlock": {"cidr": "10.20.0.0/16"}})]),
@@ -124,17 +140,43 @@ CASES: dict[str, Case] = {
     "quota-fits-capacity": lambda objs: (_flavors_over_capacity(objs), objs),
     "data-protected": lambda objs: ([_crd(objs)], [_crd(objs)]),  # protection differs, see _context
     "security-references-exist": lambda objs: (objs, objs),  # the config differs, see _context
+    "images-in-bom": lambda objs: ([*objs, _deployment("quay.io/someone/exporter:v1")], objs),
+    "chart-images-known": lambda objs: (objs, objs),  # the releases differ, see _context
 }
+
+
+def _deployment(image: str) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "exporter", "namespace": "kueue-system"},
+            "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": {
+                "metadata": {"labels": {"app": "x"}}, "spec": {"containers": [container(image=image)]}}}}
+
+
+UNRENDERED_CHART = ChartRelease("exporter", "exporter", "oci://example.com/charts/exporter", "1.0.0", "monitoring")
+def _namespace_named(objs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(o for o in objs if o["kind"] == "Namespace" and o["metadata"]["name"] == name)
+
+
+def _claiming_exception(name: str) -> dict[str, Any]:
+    """A namespace that copies the GPU operator's exception annotation without being granted it."""
+    namespace = _tenant_namespace(name, psa="privileged")
+    namespace["metadata"]["annotations"] = {PSA_EXCEPTION_ANNOTATION: "needs host access"}
+    return namespace
 
 
 def _context(rule_id: str, flagged: bool) -> Context:
     config = stack("prod").config
     if rule_id == "data-protected":
         return Context(config, protection=lambda _: not flagged)
+    if rule_id == "mlflow-auth-on" and flagged:
+        return Context(config.model_copy(update={"mlflow": config.mlflow.model_copy(update={"auth": False})}))
     if rule_id == "security-references-exist" and flagged:
         admission = config.security.admission.model_copy(update={"training_runtime_tenants": ("no-such-team",)})
         security = config.security.model_copy(update={"admission": admission})
         return Context(config.model_copy(update={"security": security}))
+    if rule_id == "images-in-bom":
+        return Context(config, protection=lambda _: True, releases=rendered("prod").releases)
+    if rule_id == "chart-images-known":
+        return Context(config, releases=rendered("prod").releases + ((UNRENDERED_CHART,) if flagged else ()))
     return Context(config)
 
 
@@ -194,3 +236,25 @@ def test_image_rules_cover_every_container_list_of_a_runtime() -> None:
     found = run_rules([RULES_BY_ID["image-approved-registry"]], [runtime], Context(stack("prod").config))
     assert [f.message.split(":")[0] for f in found] == [
         "spec.template.spec.replicatedJobs[0].template.spec.template.spec.initContainers[0].image"]
+
+
+@needs_crds
+def test_images_in_bom_flags_a_chart_that_renders_another_image_than_trainyard_set() -> None:
+    # The JobSet chart composes "<image.repository>:<image.tag>" and ignores an image.registry value:
+    # values written for a chart with a registry key would pull "jobset/jobset" from Docker Hub.
+    platform = rendered("prod")
+    jobset = next(r for r in platform.releases if r.name == "jobset")
+    broken = dataclasses.replace(jobset, values={"image": {"registry": "registry.trainyard.internal",
+                                                           "repository": "mirror/jobset/jobset", "tag": "v0.12.0"}})
+    releases = tuple(broken if r.name == "jobset" else r for r in platform.releases)
+    ctx = Context(stack("prod").config, protection=lambda _: True, releases=releases)
+    findings = run_rules([RULES_BY_ID["images-in-bom"]], list(platform.all_objects), ctx)
+    assert [f.message for f in findings] == [
+        "chart jobset (oci://registry.k8s.io/jobset/charts/jobset 0.12.0) renders image 'mirror/jobset/jobset:v0.12.0', "
+        "which is not in the bill of materials"]
+
+
+@needs_crds
+def test_images_in_bom_ignores_manifests_the_stack_does_not_declare() -> None:
+    ctx = Context(stack("prod").config, releases=rendered("prod").releases)  # protection None: not declared
+    assert run_rules([RULES_BY_ID["images-in-bom"]], [_deployment("quay.io/someone/exporter:v1")], ctx) == []

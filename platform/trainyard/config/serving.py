@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from trainyard.config.model import Model, Name
+from trainyard.config.model import Model, Name, ProjectPath, Text
+from trainyard.config.security import Port
 
 
 class CertManager(Model):
@@ -36,10 +37,10 @@ class Exposure(Model):
     ingress_creation: bool = Field(default=False, description="Let KServe create an Ingress or HTTPRoute per "
                                    "InferenceService (that does not carry the cluster-local visibility label).")
     gateway_api: bool = Field(default=False, description="Use Gateway API HTTPRoutes instead of Ingresses.")
-    ingress_class: str = Field(default="nginx", description="IngressClass of the Ingresses KServe creates.")
-    gateway: str = Field(default="kserve/kserve-ingress-gateway",
+    ingress_class: Name = Field(default="nginx", description="IngressClass of the Ingresses KServe creates.")
+    gateway: Text = Field(default="kserve/kserve-ingress-gateway",
                          description="namespace/name of the Gateway KServe's HTTPRoutes attach to (gateway_api).")
-    domain: str = Field(default="serving.trainyard.internal", description="Domain of the generated hosts.")
+    domain: Text = Field(default="serving.trainyard.internal", description="Domain of the generated hosts.")
     public_tenants: tuple[Name, ...] = Field(
         default=(), description="Tenants whose InferenceServices may be exposed (no cluster-local visibility label); "
         "everyone else's must carry networking.kserve.io/visibility: cluster-local.")
@@ -59,19 +60,19 @@ class ServingNetwork(Model):
         "outside the tenant's own namespace unless from_tenant_namespace.")
     from_tenant_namespace: bool = Field(
         default=True, description="Pods of the tenant's own namespace may call its predictors (notebooks, evaluation).")
-    port: int = Field(default=8080, ge=1, le=65535, description="The predictors' HTTP port (the approved runtimes serve 8080).")
+    port: Port = Field(default=8080, description="The predictors' HTTP port (the approved runtimes serve 8080).")
 
 
 class Serving(Model):
     """KServe v0.20 in Standard mode (no Knative, no Istio) and the approved ClusterServingRuntimes."""
 
-    runtimes_directory: str = Field(default="serving-runtimes",
+    runtimes_directory: ProjectPath = Field(default="serving-runtimes",
                                     description="Directory of reviewed ClusterServingRuntime YAML, relative to the project.")
     approved_runtimes: tuple[Name, ...] = Field(min_length=1, description="ClusterServingRuntime names (file stems) to install.")
     cert_manager: CertManager = Field(default=CertManager(), description="cert-manager for KServe's webhook certificate.")
     exposure: Exposure = Field(default=Exposure(), description="Ingress/Gateway API creation and who may be exposed.")
     network: ServingNetwork = Field(default=ServingNetwork(), description="Who may call predictors.")
-    s3_region: str = Field(default="us-east-1", description="Region KServe's storage initializer signs S3 requests for.")
+    s3_region: Text = Field(default="us-east-1", description="Region KServe's storage initializer signs S3 requests for.")
     s3_verify_ssl: bool = Field(default=True, description="Verify the object store's TLS certificate (https endpoints).")
     default_runtime: Name | None = Field(default=None, description="Runtime `trainyard promote` uses when none is given; "
                                          "default: the first approved runtime.")

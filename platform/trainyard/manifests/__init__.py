@@ -16,8 +16,12 @@ from trainyard.manifests import (
     admission,
     cert_manager,
     crds,
+    gpu_operator,
     installs,
     kueue,
+    mlflow,
+    monitoring,
+    multikueue,
     network,
     runtimes,
     serving,
@@ -27,18 +31,28 @@ from trainyard.manifests import (
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest, object_id, object_key
+from trainyard.supply.lock import ImageLock, LockFileError, load_lock
 
-# Components whose CRDs every platform declares, in apply order (JobSet before Trainer, which uses it).
+# Components whose CRDs every stack declares, in apply order (JobSet before Trainer, which uses it).
 CRD_COMPONENTS = ["jobset", "kueue", "trainer"]
 
 
-def crd_components(config: PlatformConfig) -> list[str]:
-    """The CRD components of this stack: the core ones, and KServe's (and cert-manager's) with serving."""
-    out = list(CRD_COMPONENTS)
+def crd_components(config: PlatformConfig) -> list[tuple[str, str]]:
+    """(component, version) of every CRD set the stack declares: the core, then those of the optional
+    concerns the stack turns on (CloudNativePG for MLflow, cert-manager's and KServe's with serving,
+    the GPU operator's, the prometheus-operator's).
+    All CRDs are applied before any other object."""
+    out = [(component, getattr(config.versions, component)) for component in CRD_COMPONENTS]
+    if config.mlflow.enabled:
+        out.append(("cnpg", config.versions.cnpg))
     if cert_manager.installed(config):
-        out.append("cert_manager")
+        out.append(("cert_manager", config.versions.cert_manager))
     if config.serving is not None:
-        out.append("kserve")
+        out.append(("kserve", config.versions.kserve))
+    if config.gpu_operator is not None:
+        out.append(("gpu_operator", config.gpu_operator.version))
+    if config.monitoring.enabled and config.monitoring.declare_crds:
+        out.append(("prometheus_operator", config.versions.prometheus_operator))
     return out
 
 
@@ -87,26 +101,41 @@ class RenderError(Exception):
     """The stack is valid but something it points at is not (a runtime file, a CRD source)."""
 
 
-def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None = None) -> RenderedPlatform:
+def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None = None,
+                    lock: ImageLock | None = None) -> RenderedPlatform:
+    """Every object of the stack; ``lock`` replaces the stack's image lock file (``trainyard images lock``)."""
     try:
-        crd_docs = crds.load_crds(config, crd_components(config), stack_dir)
+        lock = lock if lock is not None else image_lock(config, root)
+        crd_docs = kueue.with_conversion_webhooks(config, crds.load_crds(config, crd_components(config), stack_dir))
         # Every concern's builder, in apply order; a new concern adds one line (docs/architecture.md).
         concerns = (
-            installs.build(config),
+            installs.build(config, lock),
             kueue.build(config),
-            runtimes.build(config, root),
+            multikueue.build(config),
+            runtimes.build(config, root, lock),
             admission.build(config),
             tenants.build(config),
+            runtimes.build_tenant_wiring(config),
             network.build(config),
+            mlflow.build_operator(config),
+            mlflow.build(config),
             cert_manager.build(config),
             serving.build(config, root),
             serving_admission.build(config),
+            gpu_operator.build(config),
+            monitoring.build(config),
         )
-    except (crds.CrdUnavailable, runtimes.RuntimeFileError) as exc:
+    except (crds.CrdUnavailable, runtimes.RuntimeFileError, LockFileError) as exc:
         raise RenderError(str(exc)) from None
     rendered = RenderedPlatform(tuple(crd_docs), concerns)
     _check_unique(list(rendered.all_objects))
     return rendered
+
+
+def image_lock(config: PlatformConfig, root: Path) -> ImageLock:
+    """The stack's image lock (``images.lock_file``, relative to the project root)."""
+    path = Path(config.images.lock_file)
+    return load_lock(path if path.is_absolute() else root / path)
 
 
 def _check_unique(objects: list[Manifest]) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.concern import Concern
-from trainyard.manifests.installs import ChartRelease, mirrored_image, pinned_chart, system_namespace
+from trainyard.manifests.installs import ChartRelease, mirrored_parts, pinned_chart, system_namespace
 from trainyard.manifests.meta import Manifest
 from trainyard.manifests.network import controller_policies
 
@@ -40,7 +40,7 @@ def release_of(config: PlatformConfig) -> catalog.Release:
 
 def values(config: PlatformConfig) -> dict[str, Any]:
     pinned = release_of(config)
-    registry, repository, _ = mirrored_image(config, pinned.image)
+    registry, repository, _ = mirrored_parts(config, pinned.installed()[2])
     namespace = repository.rsplit("/", 1)[0]
     return {
         "crds": {"enabled": False},

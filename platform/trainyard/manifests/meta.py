@@ -53,5 +53,5 @@ def object_id(obj: Manifest) -> str:
 # envFrom, so no key is ever written into a TrainJob. Keys of the object-store Secret follow the
 # AWS SDK environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_DEFAULT_REGION);
 # the MLflow Secret carries MLFLOW_TRACKING_URI, MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD.
-OBJECT_STORE_SECRET = "trainyard-object-store"  # noqa: S105 - a Secret name
-MLFLOW_SECRET = "trainyard-mlflow"  # noqa: S105 - a Secret name
+OBJECT_STORE_SECRET = "trainyard-object-store"  # noqa: S105 - a Secret name, not a secret
+MLFLOW_SECRET = "trainyard-mlflow"  # noqa: S105 - a Secret name, not a secret

@@ -45,10 +45,11 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 # visibility API on 8082 (charts/kueue/templates/visibility/service.yaml, targetPort 8082).
 # JobSet and Trainer: controller-runtime's webhook server default 9443 (Trainer's chart
 # excludes exactly that port from Istio: charts/kubeflow-trainer/templates/manager/deployment.yaml).
+# CloudNativePG: webhook.port 9443 (charts/cloudnative-pg values.yaml).
 # KServe: webhook-server 9443, metrics through kube-rbac-proxy on 8443 (kserve-resources files/kserve/resources.yaml).
 # cert-manager: webhook securePort 10250, controller metrics 9402 (cert-manager values.yaml, templates/deployment.yaml).
 WEBHOOK_PORTS: dict[str, tuple[int, ...]] = {"kueue": (9443, 8082), "jobset": (9443,), "trainer": (9443,),
-                                             "kserve": (9443,), "cert-manager": (10250,)}
+                                             "cnpg": (9443,), "kserve": (9443,), "cert-manager": (10250,)}
 METRICS_PORT = 8443
 METRICS_PORTS: dict[str, int] = {"cert-manager": 9402}
 

@@ -47,7 +47,7 @@ from trainyard.config.serving import Serving
 from trainyard.manifests import object_store
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.generated import GeneratedValue
-from trainyard.manifests.installs import ChartRelease, mirrored_image, pinned_chart, system_namespace
+from trainyard.manifests.installs import ChartRelease, mirrored_parts, pinned_chart, system_namespace
 from trainyard.manifests.meta import (
     APPROVED_RUNTIME_LABEL,
     INFERENCE_SERVICE_POD_LABEL,
@@ -144,15 +144,15 @@ def release_of(config: PlatformConfig) -> catalog.Release:
 
 def _image(config: PlatformConfig, image: catalog.Image) -> tuple[str, str]:
     """(registry/repository, tag) as the KServe chart takes its images."""
-    registry, repository, tag = mirrored_image(config, image)
+    registry, repository, tag = mirrored_parts(config, image)
     return f"{registry}/{repository}", tag
 
 
 def chart_values(config: PlatformConfig) -> dict[str, Any]:
     serving = enabled(config)
     pinned = release_of(config)
-    controller, controller_tag = _image(config, pinned.image)
-    images = {name: _image(config, image) for name, image in catalog.KSERVE_IMAGES.items()}
+    controller, controller_tag = _image(config, pinned.installed()[2])
+    images = {name: _image(config, image) for name, image in pinned.images}
     exposure = serving.exposure
     return {"kserve": {
         "version": pinned.tag,

@@ -1,0 +1,141 @@
+"""The images inside each chart release, as the chart renders them with the stack's values.
+
+The truth is the chart's own output: ``helm template`` with the stack's values, every
+container image of every pod-carrying object (``RENDERER``; the chart-truth module that
+renders any ``ChartRelease`` plugs in here). Until that renderer is available, the images
+of the charts Trainyard installs are derived from their templates by hand, per chart
+version, each with the template line it follows and the values switch that would add
+more (``TEMPLATE_IMAGES``). A chart in neither place is reported as *unknown*: the bill of
+materials says so instead of guessing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from trainyard.manifests.installs import ChartRelease
+from trainyard.manifests.meta import Manifest
+
+Method = Literal["rendered", "templates", "unknown"]
+# Renders one release (``helm template`` with its values) into its manifests.
+ChartRenderer = Callable[[ChartRelease], Sequence[Manifest]]
+RENDERER: ChartRenderer | None = None
+
+
+@dataclass(frozen=True)
+class ChartImages:
+    """The images one release pulls, and how that was established."""
+
+    release: str
+    images: tuple[str, ...]
+    method: Method
+    note: str = ""
+
+
+def _get(values: Mapping[str, Any], *path: str) -> Any:
+    node: Any = values
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node
+
+
+def _kueue_0_19(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/kueue templates/manager/manager.yaml:60 (repository:tag); kueueviz/*-deployment.yaml
+    # render only with enableKueueViz (values.yaml default false).
+    image = _get(values, "controllerManager", "manager", "image")
+    out = [f"{image['repository']}:{image['tag']}"]
+    if _get(values, "enableKueueViz"):
+        return out, "enableKueueViz adds the kueueviz backend and frontend images (not derived here)"
+    return out, "kueueviz off (enableKueueViz default false)"
+
+
+def _jobset_0_12(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/jobset templates/controller/deployment.yaml:45 ("{{ .Values.image.repository }}:{{ .Values.image.tag }}").
+    image = values["image"]
+    return [f"{image['repository']}:{image['tag']}"], "one Deployment"
+
+
+def _trainer_2_3(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/kubeflow-trainer templates/_helpers.tpl "trainer.image" (registry/repository:tag, no registry
+    # part for docker.io). The runtimes installer Job (templates/runtimes/installer-job.yaml) renders only with
+    # a built-in runtime enabled, the data cache only with dataCache.enabled (both off in values.yaml).
+    image = values["image"]
+    registry = image.get("registry") or "docker.io"
+    ref = f"{image['repository']}:{image['tag']}" if registry == "docker.io" else \
+        f"{registry}/{image['repository']}:{image['tag']}"
+    notes = []
+    if _get(values, "runtimes", "defaultEnabled") is not False:
+        notes.append("built-in runtimes may be on: their installer and runtime images are not derived here")
+    if _get(values, "dataCache", "enabled"):
+        notes.append("dataCache adds the data-cache image (not derived here)")
+    return [ref], "; ".join(notes) or "built-in runtimes and data cache off"
+
+
+def _kserve_resources_0_20(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: kserve-resources v0.20.0 files/kserve/deployment-patch.yaml:51 (kube-rbac-proxy:
+    # "{{ .Values.kserve.controller.rbacProxyImage }}") and :61 (manager: "{{ .Values.kserve.controller.image }}:
+    # {{ .Values.kserve.controller.tag | default .Values.kserve.version }}"), the one Deployment of
+    # files/kserve/resources.yaml. The storage initializer, agent and router images are not pod images of
+    # the chart: the controller injects them into InferenceService pods (ClusterStorageContainer,
+    # inferenceservice-config). The local-model controller and node agent render only with
+    # kserve.localmodel.enabled (values.yaml default false).
+    kserve = values["kserve"]
+    controller = kserve["controller"]
+    out = [str(controller["rbacProxyImage"]), f"{controller['image']}:{controller.get('tag') or kserve['version']}"]
+    if _get(values, "kserve", "localmodel", "enabled"):
+        return out, "localmodel adds the local-model controller and node agent images (not derived here)"
+    return out, "localmodel off (kserve.localmodel.enabled default false)"
+
+
+def _cert_manager_1_21(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: cert-manager v1.21.1 templates/_helpers.tpl "cert-manager.image" (<imageRegistry>/<imageNamespace>/<image.name>
+    # and ":<appVersion>" when image.repository and image.tag are empty); templates/deployment.yaml:89,
+    # webhook-deployment.yaml:84, cainjector-deployment.yaml:79 (if cainjector.enabled, default true),
+    # startupapicheck-job.yaml:60 (if startupapicheck.enabled). The acmesolver image is an argument of the
+    # controller (deployment.yaml:117), pulled only for ACME HTTP-01 challenges.
+    registry = values.get("imageRegistry") or "quay.io"
+    namespace = values.get("imageNamespace") or "jetstack"
+    tag = "v1.21.1"  # Chart.yaml appVersion
+    names = ["cert-manager-controller", "cert-manager-webhook"]
+    if _get(values, "cainjector", "enabled") is not False:
+        names.append("cert-manager-cainjector")
+    if _get(values, "startupapicheck", "enabled") is not False:
+        names.append("cert-manager-startupapicheck")
+    if any(_get(values, part, "image", "repository") or _get(values, part, "image", "tag")
+           for part in ("webhook", "cainjector", "startupapicheck")) or _get(values, "image", "repository"):
+        return [f"{registry}/{namespace}/{name}:{tag}" for name in names], \
+            "an image.repository or image.tag override is set: the images above may not be the ones rendered"
+    return [f"{registry}/{namespace}/{name}:{tag}" for name in names], \
+        "acmesolver is an argument (HTTP-01 only), not a pod image"
+
+
+# (chart name, chart version) -> images for the given values, and a note on what the values switch off.
+TEMPLATE_IMAGES: dict[tuple[str, str], Callable[[Mapping[str, Any]], tuple[list[str], str]]] = {
+    ("kueue", "0.19.2"): _kueue_0_19,
+    ("jobset", "0.12.0"): _jobset_0_12,
+    ("kubeflow-trainer", "2.3.0"): _trainer_2_3,
+    ("kserve-resources", "v0.20.0"): _kserve_resources_0_20,
+    ("cert-manager", "v1.21.1"): _cert_manager_1_21,
+}
+
+
+def rendered_images(objects: Sequence[Manifest]) -> list[str]:
+    from trainyard.policy.pods import containers
+
+    return sorted({str(c.container["image"]) for obj in objects for c in containers(obj)
+                   if isinstance(c.container.get("image"), str)})
+
+
+def chart_images(release: ChartRelease, renderer: ChartRenderer | None = None) -> ChartImages:
+    """The images ``release`` pulls: rendered where a renderer is available, else from the template table."""
+    render = renderer or RENDERER
+    if render is not None:
+        return ChartImages(release.name, tuple(rendered_images(render(release))), "rendered", "helm template")
+    derive = TEMPLATE_IMAGES.get((release.chart_name, release.version))
+    if derive is None:
+        return ChartImages(release.name, (), "unknown",
+                           f"{release.chart_name} {release.version}: images unknown until the chart is rendered")
+    images, note = derive(release.values)
+    return ChartImages(release.name, tuple(sorted(images)), "templates", note)
