@@ -23,7 +23,7 @@ from trainyard.supply.reference import ImageRef, ReferenceError, mirrored
 
 def catalog_images(ctx: Context) -> set[str]:
     """Tagged references of the catalog images the stack's components pull (as the mirror serves them)."""
-    components = {(c, getattr(ctx.config.versions, c)) for c in catalog.DEFAULT_VERSIONS}
+    components = {(c, getattr(ctx.config.versions, c)) for c in catalog.DEFAULT_VERSIONS if hasattr(ctx.config.versions, c)}
     components |= {(r.component, r.version) for r in ctx.releases}
     out = set()
     for key in components:
