@@ -29,8 +29,10 @@ def catalog_images(ctx: Context) -> set[str]:
     for key in components:
         release = catalog.RELEASES.get(key)
         if release is not None:
-            upstream = ImageRef(release.image.registry, release.image.repository, release.image.tag)
-            out.add(mirrored(upstream, ctx.config.images.registry_mirror).tagged)
+            # The component's own image and the further images it runs (init containers, operands).
+            for image in (release.image, *(image for _, image in release.images)):
+                upstream = ImageRef(image.registry, image.repository, image.tag)
+                out.add(mirrored(upstream, ctx.config.images.registry_mirror).tagged)
     return out
 
 
