@@ -104,8 +104,9 @@ def test_bom_lists_controllers_runtimes_and_chart_images_with_their_sources() ->
     assert torch.upstream == "docker.io/pytorch/pytorch:2.10.0-cuda12.8-cudnn9-runtime"
     assert torch.sources == ("runtime:torch-distributed",)
     assert {c.release: c.images_from for c in bom.charts} == {"jobset": "templates", "kueue": "templates",
-                                                              "trainer": "templates"}
-    assert len(bom.crds) == 15 and all(len(c.blob_sha) == 40 for c in bom.crds)
+                                                              "trainer": "templates", "cnpg": "templates",
+                                                              "mlflow": "templates"}
+    assert len(bom.crds) == 26 and all(len(c.blob_sha) == 40 for c in bom.crds)
     assert "| `registry.trainyard.internal/mirror/kueue/kueue:v0.19.2` |" in to_markdown(bom)
 
 
@@ -127,9 +128,9 @@ def test_bom_sync_writes_one_yaml_per_destination_and_a_script(tmp_path: Path, c
     rendered("prod")
     assert main(["bom", "prod", "--format", "sync", "--out", str(tmp_path)]) == 0
     script = (tmp_path / "sync.sh").read_text()
-    assert ("skopeo sync --all --preserve-digests --src yaml --dest docker sync-04-mirror-kueue.yaml "
+    assert ("skopeo sync --all --preserve-digests --src yaml --dest docker sync-06-mirror-kueue.yaml "
             "registry.trainyard.internal/mirror/kueue") in script
-    assert yaml.safe_load((tmp_path / "sync-04-mirror-kueue.yaml").read_text()) == {
+    assert yaml.safe_load((tmp_path / "sync-06-mirror-kueue.yaml").read_text()) == {
         "registry.k8s.io": {"images": {"kueue/kueue": ["v0.19.2"]}}}
 
 

@@ -28,9 +28,13 @@ def catalog_images(ctx: Context) -> set[str]:
     out = set()
     for key in components:
         release = catalog.RELEASES.get(key)
-        if release is not None and release.image is not None:
-            upstream = ImageRef(release.image.registry, release.image.repository, release.image.tag)
-            out.add(mirrored(upstream, ctx.config.images.registry_mirror).tagged)
+        if release is not None:
+            # The component's own image and the further images it runs (init containers, operands).
+            for image in (release.image, *(image for _, image in release.images)):
+                if image is None:
+                    continue
+                upstream = ImageRef(image.registry, image.repository, image.tag)
+                out.add(mirrored(upstream, ctx.config.images.registry_mirror).tagged)
     return out
 
 

@@ -73,11 +73,29 @@ def _trainer_2_3(values: Mapping[str, Any]) -> tuple[list[str], str]:
     return [ref], "; ".join(notes) or "built-in runtimes and data cache off"
 
 
+def _cloudnative_pg_0_29(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/cloudnative-pg templates/deployment.yaml ("{{ .Values.image.repository }}:{{ .Values.image.tag | default
+    # .Chart.AppVersion }}"). The PostgreSQL operand image is not the chart's: the Cluster names it (imageName).
+    image = values["image"]
+    return [f"{image['repository']}:{image['tag']}"], "operator only; the operand image is in Cluster.spec.imageName"
+
+
+def _mlflow_1_11(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/mlflow templates/deployment.yaml: the server (mlflow.containerImage, repository:tag), the
+    # dbchecker, mlflow-db-migration and ini-file-initializer init containers (initImages.*), and extraContainers.
+    images = {f"{values['image']['repository']}:{values['image']['tag']}"}
+    images |= {f"{i['repository']}:{i['tag']}" for i in (_get(values, "initImages") or {}).values()}
+    images |= {str(c["image"]) for c in values.get("extraContainers") or []}
+    return sorted(images), "oauth2Proxy off (oauth2-proxy image not used)"
+
+
 # (chart name, chart version) -> images for the given values, and a note on what the values switch off.
 TEMPLATE_IMAGES: dict[tuple[str, str], Callable[[Mapping[str, Any]], tuple[list[str], str]]] = {
     ("kueue", "0.19.2"): _kueue_0_19,
     ("jobset", "0.12.0"): _jobset_0_12,
     ("kubeflow-trainer", "2.3.0"): _trainer_2_3,
+    ("cloudnative-pg", "0.29.0"): _cloudnative_pg_0_29,
+    ("mlflow", "1.11.5"): _mlflow_1_11,
 }
 
 
