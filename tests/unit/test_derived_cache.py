@@ -25,9 +25,9 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @needs_crds
 def test_cached_crds_are_the_documents_yaml_parses(empty_cache: Path) -> None:
     stack = open_stack("prod", ROOT)
-    cold = crds.load_crds(stack.config, CRD_COMPONENTS, ROOT / "stacks")
+    cold = crds.load_crds(stack.config, crd_components(stack.config), ROOT / "stacks")
     crds._json_text.cache_clear()  # the second load reads the disk entries
-    warm = crds.load_crds(stack.config, CRD_COMPONENTS, ROOT / "stacks")
+    warm = crds.load_crds(stack.config, crd_components(stack.config), ROOT / "stacks")
     assert list((cache_root() / "crd-json").glob("*.txt"))
     for component in CRD_COMPONENTS:
         release = catalog.release(component, getattr(stack.config.versions, component))
@@ -41,9 +41,9 @@ def test_cached_crds_are_the_documents_yaml_parses(empty_cache: Path) -> None:
 @needs_crds
 def test_each_load_returns_a_fresh_copy_callers_may_edit(empty_cache: Path) -> None:
     stack = open_stack("prod", ROOT)
-    first = crds.load_crds(stack.config, CRD_COMPONENTS)
+    first = crds.load_crds(stack.config, crd_components(stack.config))
     first[0]["metadata"]["name"] = "edited"
-    assert crds.load_crds(stack.config, CRD_COMPONENTS)[0]["metadata"]["name"] != "edited"
+    assert crds.load_crds(stack.config, crd_components(stack.config))[0]["metadata"]["name"] != "edited"
 
 
 @needs_crds

@@ -165,8 +165,8 @@ def build_bom(stack: Stack, rendered: RenderedPlatform | None = None,
         images.append(BomImage(key, upstream_text, digest, status, tuple(sorted(entry["sources"]))))
 
     crds = []
-    for component in crd_components(config):
-        pinned = catalog.release(component, getattr(config.versions, component))
+    for component, version in crd_components(config):
+        pinned = catalog.release(component, version)
         crds += [BomCrd(component, pinned.version, crd.name, pinned.crd_url(crd), crd.blob_sha) for crd in pinned.crds]
     return Bom(stack.name, config.environment, config.images.registry_mirror, config.lifecycle.protect_data,
                tuple(images), tuple(bom_charts), tuple(crds), tuple(unknown))
