@@ -10,7 +10,7 @@ import yaml
 from tests.conftest import ROOT, needs_crds
 from trainyard import catalog
 from trainyard.derived_cache import cache_root, derived_text
-from trainyard.manifests import CRD_COMPONENTS, crds
+from trainyard.manifests import crd_components, crds
 from trainyard.project import open_stack
 from trainyard.review.render import rendered_files, to_yaml, to_yaml_cached
 
