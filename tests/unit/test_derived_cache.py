@@ -29,8 +29,8 @@ def test_cached_crds_are_the_documents_yaml_parses(empty_cache: Path) -> None:
     crds._json_text.cache_clear()  # the second load reads the disk entries
     warm = crds.load_crds(stack.config, crd_components(stack.config), ROOT / "stacks")
     assert list((cache_root() / "crd-json").glob("*.txt"))
-    for component in CRD_COMPONENTS:
-        release = catalog.release(component, getattr(stack.config.versions, component))
+    for component, version in crd_components(stack.config):
+        release = catalog.release(component, version)
         for crd in release.crds:
             content = crds._read_verified(stack.config, release, crd, ROOT / "stacks")
             parsed = yaml.load(content, Loader=crds.SafeLoader)
