@@ -271,7 +271,7 @@ RELEASES: dict[tuple[str, str], Release] = {
             crds=_CERT_MANAGER_CRDS,
             image=Image("quay.io", "jetstack/cert-manager-controller", "v1.21.1"),
             # The chart's other images (templates/_helpers.tpl "cert-manager.image": <imageRegistry>/<imageNamespace>/<name>
-            # at the chart's appVersion); startupapicheck is off in Trainyard's values.
+            # at the chart's appVersion); startupapicheck is a hook, never rendered.
             images=(
                 ("webhook", Image("quay.io", "jetstack/cert-manager-webhook", "v1.21.1")),
                 ("cainjector", Image("quay.io", "jetstack/cert-manager-cainjector", "v1.21.1")),

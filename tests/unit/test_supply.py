@@ -104,15 +104,18 @@ def test_bom_lists_controllers_runtimes_and_chart_images_with_their_sources() ->
     assert torch.upstream == "docker.io/pytorch/pytorch:2.10.0-cuda12.8-cudnn9-runtime"
     assert torch.sources == ("runtime:torch-distributed",)
     assert {c.release: c.images_from for c in bom.charts} == {"jobset": "templates", "kueue": "templates",
-                                                              "trainer": "templates"}
-    assert len(bom.crds) == 15 and all(len(c.blob_sha) == 40 for c in bom.crds)
+                                                              "trainer": "templates", "cnpg": "templates",
+                                                              "mlflow": "templates", "cert-manager": "templates",
+                                                              "kserve": "templates", "gpu-operator": "unknown"}
+    # jobset 1, kueue 11, trainer 3, cnpg 11, gpu_operator 3, prometheus_operator 3, cert_manager 6, kserve 12.
+    assert len(bom.crds) == 50 and all(len(c.blob_sha) == 40 for c in bom.crds)
     assert "| `registry.trainyard.internal/mirror/kueue/kueue:v0.19.2` |" in to_markdown(bom)
 
 
 def test_local_bom_leaves_out_images_of_external_controllers() -> None:
     bom = build_bom(stack("local"), rendered("local"))
     assert all(not s.startswith(("controller:", "chart:")) for image in bom.images for s in image.sources)
-    assert {c.release for c in bom.charts if c.external} == {"jobset", "kueue", "trainer"}
+    assert {c.release for c in bom.charts if c.external} == {"jobset", "kueue", "trainer", "kserve", "cert-manager"}
 
 
 def test_sync_list_groups_images_so_skopeo_keeps_the_mirror_layout() -> None:
@@ -127,9 +130,9 @@ def test_bom_sync_writes_one_yaml_per_destination_and_a_script(tmp_path: Path, c
     rendered("prod")
     assert main(["bom", "prod", "--format", "sync", "--out", str(tmp_path)]) == 0
     script = (tmp_path / "sync.sh").read_text()
-    assert ("skopeo sync --all --preserve-digests --src yaml --dest docker sync-04-mirror-kueue.yaml "
+    assert ("skopeo sync --all --preserve-digests --src yaml --dest docker sync-09-mirror-kueue.yaml "
             "registry.trainyard.internal/mirror/kueue") in script
-    assert yaml.safe_load((tmp_path / "sync-04-mirror-kueue.yaml").read_text()) == {
+    assert yaml.safe_load((tmp_path / "sync-09-mirror-kueue.yaml").read_text()) == {
         "registry.k8s.io": {"images": {"kueue/kueue": ["v0.19.2"]}}}
 
 

@@ -8,8 +8,8 @@ cert-manager must run before KServe. A stack whose cluster already runs cert-man
 Chart values (cert-manager v1.21.1 values.yaml):
 - ``crds.enabled: false``: Trainyard declares the CRDs itself (verified, retained, protected).
 - ``imageRegistry``/``imageNamespace``: every cert-manager image from the stack's mirror.
-- ``startupapicheck.enabled: false``: it is a post-install hook Job that only waits for the webhook;
-  Pulumi's Chart resource does not run hooks as hooks, and KServe waits for this release anyway.
+- no ``startupapicheck`` value: it is a post-install hook Job, and Pulumi's ``helm.v4.Chart`` renders
+  with hooks off, so it never exists (the chart-truth test showed the value changed nothing).
 - ``global.leaderElection.namespace``: the lease in cert-manager's own namespace, not kube-system.
 
 Ref: https://cert-manager.io/docs/installation/helm/
@@ -47,7 +47,6 @@ def values(config: PlatformConfig) -> dict[str, Any]:
         "imageRegistry": registry,
         "imageNamespace": namespace,
         "global": {"leaderElection": {"namespace": pinned.namespace}},
-        "startupapicheck": {"enabled": False},
     }
 
 

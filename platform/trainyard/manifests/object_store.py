@@ -5,7 +5,9 @@ codes against its contract only: ``bucket_name(config, tenant, purpose)`` with p
 ``datasets|checkpoints|models`` and ``endpoint_url(config)``. Until that branch lands, this shim
 answers with the contract's default naming (``<tenant>-<purpose>``) and an in-cluster URL built
 from ``security.network.object_store``, so the serving builder, policy and tests run on main.
-At merge time take the object-store branch's version of this file.
+At merge time take the object-store branch's version of this file. (Still needed after the merge
+of main at 7bc83a6: main has no object-store concern either; its ``runtimes.checkpoints_bucket``
+codes against the same contract default.)
 """
 
 from __future__ import annotations

@@ -28,12 +28,13 @@ def catalog_images(ctx: Context) -> set[str]:
     out = set()
     for key in components:
         release = catalog.RELEASES.get(key)
-        if release is None:
-            continue
-        # The controller image and the further images the release runs (KServe's storage initializer, agent, ...).
-        for image in ([release.image] if release.image is not None else []) + [image for _, image in release.images]:
-            upstream = ImageRef(image.registry, image.repository, image.tag)
-            out.add(mirrored(upstream, ctx.config.images.registry_mirror).tagged)
+        if release is not None:
+            # The component's own image and the further images it runs (init containers, operands).
+            for image in (release.image, *(image for _, image in release.images)):
+                if image is None:
+                    continue
+                upstream = ImageRef(image.registry, image.repository, image.tag)
+                out.add(mirrored(upstream, ctx.config.images.registry_mirror).tagged)
     return out
 
 

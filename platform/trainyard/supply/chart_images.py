@@ -92,23 +92,37 @@ def _kserve_resources_0_20(values: Mapping[str, Any]) -> tuple[list[str], str]:
 def _cert_manager_1_21(values: Mapping[str, Any]) -> tuple[list[str], str]:
     # Ref: cert-manager v1.21.1 templates/_helpers.tpl "cert-manager.image" (<imageRegistry>/<imageNamespace>/<image.name>
     # and ":<appVersion>" when image.repository and image.tag are empty); templates/deployment.yaml:89,
-    # webhook-deployment.yaml:84, cainjector-deployment.yaml:79 (if cainjector.enabled, default true),
-    # startupapicheck-job.yaml:60 (if startupapicheck.enabled). The acmesolver image is an argument of the
-    # controller (deployment.yaml:117), pulled only for ACME HTTP-01 challenges.
+    # webhook-deployment.yaml:84, cainjector-deployment.yaml:79 (if cainjector.enabled, default true).
+    # startupapicheck-job.yaml is a helm hook: helm.v4.Chart renders with hooks off. The acmesolver image
+    # is an argument of the controller (deployment.yaml:117), pulled only for ACME HTTP-01 challenges.
     registry = values.get("imageRegistry") or "quay.io"
     namespace = values.get("imageNamespace") or "jetstack"
     tag = "v1.21.1"  # Chart.yaml appVersion
     names = ["cert-manager-controller", "cert-manager-webhook"]
     if _get(values, "cainjector", "enabled") is not False:
         names.append("cert-manager-cainjector")
-    if _get(values, "startupapicheck", "enabled") is not False:
-        names.append("cert-manager-startupapicheck")
     if any(_get(values, part, "image", "repository") or _get(values, part, "image", "tag")
-           for part in ("webhook", "cainjector", "startupapicheck")) or _get(values, "image", "repository"):
+           for part in ("webhook", "cainjector")) or _get(values, "image", "repository"):
         return [f"{registry}/{namespace}/{name}:{tag}" for name in names], \
             "an image.repository or image.tag override is set: the images above may not be the ones rendered"
     return [f"{registry}/{namespace}/{name}:{tag}" for name in names], \
         "acmesolver is an argument (HTTP-01 only), not a pod image"
+
+
+def _cloudnative_pg_0_29(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/cloudnative-pg templates/deployment.yaml ("{{ .Values.image.repository }}:{{ .Values.image.tag | default
+    # .Chart.AppVersion }}"). The PostgreSQL operand image is not the chart's: the Cluster names it (imageName).
+    image = values["image"]
+    return [f"{image['repository']}:{image['tag']}"], "operator only; the operand image is in Cluster.spec.imageName"
+
+
+def _mlflow_1_11(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/mlflow templates/deployment.yaml: the server (mlflow.containerImage, repository:tag), the
+    # dbchecker, mlflow-db-migration and ini-file-initializer init containers (initImages.*), and extraContainers.
+    images = {f"{values['image']['repository']}:{values['image']['tag']}"}
+    images |= {f"{i['repository']}:{i['tag']}" for i in (_get(values, "initImages") or {}).values()}
+    images |= {str(c["image"]) for c in values.get("extraContainers") or []}
+    return sorted(images), "oauth2Proxy off (oauth2-proxy image not used)"
 
 
 # (chart name, chart version) -> images for the given values, and a note on what the values switch off.
@@ -118,6 +132,8 @@ TEMPLATE_IMAGES: dict[tuple[str, str], Callable[[Mapping[str, Any]], tuple[list[
     ("kubeflow-trainer", "2.3.0"): _trainer_2_3,
     ("kserve-resources", "v0.20.0"): _kserve_resources_0_20,
     ("cert-manager", "v1.21.1"): _cert_manager_1_21,
+    ("cloudnative-pg", "0.29.0"): _cloudnative_pg_0_29,
+    ("mlflow", "1.11.5"): _mlflow_1_11,
 }
 
 
