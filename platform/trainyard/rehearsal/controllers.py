@@ -27,8 +27,8 @@ import base64
 import copy
 import hashlib
 import shutil
-from functools import partial
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
