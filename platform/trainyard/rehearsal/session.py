@@ -109,13 +109,14 @@ class Rehearsal:
         Ref: kubernetes pkg/controller/resourcequota/resource_quota_controller.go (Sync, replenishQuota).
         """
         kube = self.kube
-        kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROBE_NAMESPACE}}], "trainyard-rehearsal")
         counter = [0]
 
         def counted() -> bool:
             counter[0] += 1
-            # Only a change of spec.hard makes the controller look at a quota again.
-            kube.apply([{"apiVersion": "v1", "kind": "ResourceQuota",
+            # Only a change of spec.hard makes the controller look at a quota again. (A namespace left
+            # terminating by an earlier run refuses the quota until it is gone; then it is made again.)
+            kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROBE_NAMESPACE}},
+                        {"apiVersion": "v1", "kind": "ResourceQuota",
                          "metadata": {"name": "trainjob-discovery-probe", "namespace": PROBE_NAMESPACE},
                          "spec": {"hard": {TRAINJOBS_QUOTA_KEY: str(1000 + counter[0] % 2)}}}], "trainyard-rehearsal")
             quota = kube.get("resourcequota", "trainjob-discovery-probe", PROBE_NAMESPACE)
