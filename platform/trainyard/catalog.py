@@ -142,7 +142,12 @@ DEFAULT_VERSIONS: dict[str, str] = {"kueue": "0.19.2", "jobset": "0.12.0", "trai
 # main to v2.3.0 and notes the two APIs are not compatible); see PROVEN_TOGETHER_EVIDENCE.
 PROVEN_TOGETHER: frozenset[tuple[str, str, str]] = frozenset({("0.19.2", "0.12.0", "2.3.0")})
 PROVEN_TOGETHER_EVIDENCE: dict[tuple[str, str, str], str] = {
-    ("0.19.2", "0.12.0", "2.3.0"): "PENDING",
+    # Rehearsal of 2026-12-01, `trainyard rehearse local priority-preemption` and the smoke test: Workload
+    # trainjob-probe1-89dfe QuotaReserved/Admitted/PodsReady/Finished=True, admission clusterQueue team-a,
+    # flavors fake-a100, topologyAssignment on fake-a100-0/1; TrainJob conditions Suspended=False
+    # (Resumed), Complete=True (AllJobsCompleted). A preempted TrainJob was suspended (Evicted: Preempted)
+    # and, readmitted, resumed and completed.
+    ("0.19.2", "0.12.0", "2.3.0"): "admitted, run, preempted, resumed and completed on the real controllers",
 }
 
 # API versions Trainyard emits. Kueue v1beta1 is still served by v0.19 but deprecated.
