@@ -317,8 +317,11 @@ def test_admission_policies_on_the_server(engine: Engine, deployed: Run, timings
         assert f"ValidatingAdmissionPolicy '{policy}'" in result.stderr, result.stderr
         assert message in result.stderr, result.stderr
 
-    denied(trainjob("no-queue", "team-a", "torch-distributed", None), "trainyard-trainjob-queue",
-           "label kueue.x-k8s.io/queue-name must name the LocalQueue default of this namespace")
+    # With the real Kueue in the path, its mutating webhook (LocalQueueDefaulting) labels a TrainJob that
+    # names no queue with the namespace's LocalQueue `default` before the policy looks at it.
+    defaulted = engine.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                                       stdin=trainjob("no-queue", "team-a", "torch-distributed", None))
+    assert json.loads(defaulted.stdout)["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
     denied(trainjob("other-queue", "team-b", "torch-distributed", "team-a-queue"), "trainyard-trainjob-queue",
            'not "team-a-queue"')
     denied(trainjob("unapproved", "team-a", "my-own-runtime", "default"), "trainyard-trainjob-runtime",
