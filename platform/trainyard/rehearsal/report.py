@@ -146,13 +146,26 @@ class Observer:
         queue = admission.get("clusterQueue")
         if not queue or not flavor:
             return flavor, None
+        # Computed from the admitted Workloads, not read from the ClusterQueue's status: Kueue writes that
+        # status asynchronously, so right after an admission it may not count it yet.
         cq = self.kube.get("clusterqueues.kueue.x-k8s.io", queue)
-        for usage in cq.get("status", {}).get("flavorsUsage", []):
-            if usage["name"] == flavor:
-                for resource in usage.get("resources", []):
-                    if resource["name"] == catalog.GPU_RESOURCE:
-                        return flavor, int(str(resource.get("borrowed", 0)))
-        return flavor, 0
+        nominal = 0
+        for group in cq["spec"].get("resourceGroups", []):
+            for entry in group.get("flavors", []):
+                if entry["name"] == flavor:
+                    nominal += sum(int(str(r["nominalQuota"])) for r in entry["resources"]
+                                   if r["name"] == catalog.GPU_RESOURCE)
+        used = 0
+        for other in self.kube.items("workloads.kueue.x-k8s.io", workload["metadata"]["namespace"]):
+            other_admission = (other.get("status") or {}).get("admission") or {}
+            admitted = any(c["type"] == "Admitted" and c["status"] == "True"
+                           for c in (other.get("status") or {}).get("conditions", []))
+            if not admitted or other_admission.get("clusterQueue") != queue:
+                continue
+            for assignment in other_admission.get("podSetAssignments", []):
+                if assignment.get("flavors", {}).get(catalog.GPU_RESOURCE) == flavor:
+                    used += int(str(assignment.get("resourceUsage", {}).get(catalog.GPU_RESOURCE, 0)))
+        return flavor, max(0, used - nominal)
 
     def domains(self, history: History, level: str) -> list[str]:
         label = dict(self.levels()).get(level)
