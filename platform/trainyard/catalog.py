@@ -203,6 +203,22 @@ _PROMETHEUS_OPERATOR_CRDS = tuple(
     )
 )
 
+# The GPU operator's operands, as its v26.7.0 chart pins them (deployments/gpu-operator/values.yaml;
+# the operator and validator default to the chart's appVersion, NFD to its subchart's appVersion).
+# Pinned here too, so that a mirror serves exactly these and an upgrade is one reviewed diff.
+GPU_OPERATOR_OPERANDS: dict[str, Image] = {
+    "operator": Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
+    "validator": Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
+    "driver": Image("nvcr.io", "nvidia/driver", "595.91.07"),
+    "driver.manager": Image("nvcr.io", "nvidia/cloud-native/k8s-driver-manager", "v0.12.0"),
+    "toolkit": Image("nvcr.io", "nvidia/k8s/container-toolkit", "v1.20.0"),
+    "devicePlugin": Image("nvcr.io", "nvidia/k8s-device-plugin", "v0.20.0"),
+    "gfd": Image("nvcr.io", "nvidia/k8s-device-plugin", "v0.20.0"),
+    "dcgmExporter": Image("nvcr.io", "nvidia/k8s/dcgm-exporter", "4.6.0-4.8.3-distroless"),
+    "migManager": Image("nvcr.io", "nvidia/cloud-native/k8s-mig-manager", "v0.15.0"),
+    "node-feature-discovery": Image("registry.k8s.io", "nfd/node-feature-discovery", "v0.19.0"),
+}
+
 RELEASES: dict[tuple[str, str], Release] = {
     (r.component, r.version): r
     for r in (
@@ -320,6 +336,7 @@ RELEASES: dict[tuple[str, str], Release] = {
             namespace="gpu-operator",
             crds=_GPU_OPERATOR_CRDS,
             image=Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
+            images=tuple((role, image) for role, image in GPU_OPERATOR_OPERANDS.items() if role != "operator"),
         ),
         Release(
             component="prometheus_operator",
@@ -331,21 +348,6 @@ RELEASES: dict[tuple[str, str], Release] = {
     )
 }
 
-# The GPU operator's operands, as its v26.7.0 chart pins them (deployments/gpu-operator/values.yaml;
-# the operator and validator default to the chart's appVersion, NFD to its subchart's appVersion).
-# Pinned here too, so that a mirror serves exactly these and an upgrade is one reviewed diff.
-GPU_OPERATOR_OPERANDS: dict[str, Image] = {
-    "operator": Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
-    "validator": Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
-    "driver": Image("nvcr.io", "nvidia/driver", "595.91.07"),
-    "driver.manager": Image("nvcr.io", "nvidia/cloud-native/k8s-driver-manager", "v0.12.0"),
-    "toolkit": Image("nvcr.io", "nvidia/k8s/container-toolkit", "v1.20.0"),
-    "devicePlugin": Image("nvcr.io", "nvidia/k8s-device-plugin", "v0.20.0"),
-    "gfd": Image("nvcr.io", "nvidia/k8s-device-plugin", "v0.20.0"),
-    "dcgmExporter": Image("nvcr.io", "nvidia/k8s/dcgm-exporter", "4.6.0-4.8.3-distroless"),
-    "migManager": Image("nvcr.io", "nvidia/cloud-native/k8s-mig-manager", "v0.15.0"),
-    "node-feature-discovery": Image("registry.k8s.io", "nfd/node-feature-discovery", "v0.19.0"),
-}
 
 # The directory name of each component inside a CRD mirror (layout of ../shared/crds).
 MIRROR_DIRS: dict[str, str] = {"kueue": "kueue", "jobset": "jobset", "trainer": "kubeflow-trainer",
@@ -403,6 +405,21 @@ def chart_mirror_dir(name: str) -> str:
 DEFAULT_VERSIONS: dict[str, str] = {"kueue": "0.19.2", "jobset": "0.12.0", "trainer": "2.3.0", "cnpg": "1.30.0",
                                     "mlflow": "1.11.5", "gpu_operator": "26.7.0", "prometheus_operator": "0.93.0",
                                     "kserve": "0.20.0", "cert_manager": "1.21.1"}
+
+# (kueue, jobset, trainer) sets proven to work together on the real controllers: a TrainJob is admitted
+# by Kueue, run by Trainer through JobSet, preempted (suspended) and resumed (`trainyard rehearse`,
+# docs/rehearsal.md "Versions"). A stack may only name one of these sets (config.model.Versions).
+# Kueue v0.19.2 is built against Trainer v2.2.1 upstream (its go.mod; kubernetes-sigs/kueue#14504 moved
+# main to v2.3.0 and notes the two APIs are not compatible); see PROVEN_TOGETHER_EVIDENCE.
+PROVEN_TOGETHER: frozenset[tuple[str, str, str]] = frozenset({("0.19.2", "0.12.0", "2.3.0")})
+PROVEN_TOGETHER_EVIDENCE: dict[tuple[str, str, str], str] = {
+    # Rehearsal of 2026-12-01, `trainyard rehearse local priority-preemption` and the smoke test: Workload
+    # trainjob-probe1-89dfe QuotaReserved/Admitted/PodsReady/Finished=True, admission clusterQueue team-a,
+    # flavors fake-a100, topologyAssignment on fake-a100-0/1; TrainJob conditions Suspended=False
+    # (Resumed), Complete=True (AllJobsCompleted). A preempted TrainJob was suspended (Evicted: Preempted)
+    # and, readmitted, resumed and completed.
+    ("0.19.2", "0.12.0", "2.3.0"): "admitted, run, preempted, resumed and completed on the real controllers",
+}
 
 # API versions Trainyard emits. Kueue v1beta1 is still served by v0.19 but deprecated.
 KUEUE_API = "kueue.x-k8s.io/v1beta2"

@@ -127,6 +127,10 @@ def cluster_queue_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
         spec["cohortName"] = tenant.cohort
     spec["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": tenant.namespace_name}}
     spec["queueingStrategy"] = settings.queueing_strategy
+    # Kueue's ClusterQueue webhook writes these defaults on create; declared here, so that the second
+    # `pulumi up` has nothing to change (seen on the rehearsal with the real Kueue, docs/rehearsal.md).
+    spec["flavorFungibility"] = {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"}
+    spec["stopPolicy"] = "None"
     spec["preemption"] = preemption
     if settings.fair_sharing.enabled and tenant.fair_share_weight is not None:
         spec["fairSharing"] = {"weight": tenant.fair_share_weight}

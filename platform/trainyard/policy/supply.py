@@ -25,6 +25,8 @@ def catalog_images(ctx: Context) -> set[str]:
     """Tagged references of the catalog images the stack's components pull (as the mirror serves them)."""
     components = {(c, getattr(ctx.config.versions, c)) for c in catalog.DEFAULT_VERSIONS if hasattr(ctx.config.versions, c)}
     components |= {(r.component, r.version) for r in ctx.releases}
+    if ctx.config.gpu_operator is not None:  # its release is named gpu-operator, its catalog entry gpu_operator
+        components.add(("gpu_operator", ctx.config.gpu_operator.version))
     out = set()
     for key in components:
         release = catalog.RELEASES.get(key)

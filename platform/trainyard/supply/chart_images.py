@@ -125,6 +125,19 @@ def _mlflow_1_11(values: Mapping[str, Any]) -> tuple[list[str], str]:
     return sorted(images), "oauth2Proxy off (oauth2-proxy image not used)"
 
 
+def _gpu_operator_26_7(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/gpu-operator templates/operator.yaml ("{{ .Values.operator.repository }}/{{ .Values.operator.image }}:
+    # {{ .Values.operator.version }}") and the node-feature-discovery subchart (image.repository:image.tag), which
+    # renders with nfd.enabled (values.yaml default true). The operands (driver, toolkit, device plugin, DCGM,
+    # mig-manager) are not pods of the chart: the operator starts them from ClusterPolicy/NVIDIADriver fields.
+    operator = values["operator"]
+    images = [f"{operator['repository']}/{operator['image']}:{operator['version']}"]
+    if _get(values, "nfd", "enabled") is not False:
+        nfd = _get(values, "node-feature-discovery", "image") or {}
+        images.append(f"{nfd['repository']}:{nfd['tag']}")
+    return images, "operands come from ClusterPolicy/NVIDIADriver image fields (catalog.GPU_OPERATOR_OPERANDS)"
+
+
 # (chart name, chart version) -> images for the given values, and a note on what the values switch off.
 TEMPLATE_IMAGES: dict[tuple[str, str], Callable[[Mapping[str, Any]], tuple[list[str], str]]] = {
     ("kueue", "0.19.2"): _kueue_0_19,
@@ -134,6 +147,7 @@ TEMPLATE_IMAGES: dict[tuple[str, str], Callable[[Mapping[str, Any]], tuple[list[
     ("cert-manager", "v1.21.1"): _cert_manager_1_21,
     ("cloudnative-pg", "0.29.0"): _cloudnative_pg_0_29,
     ("mlflow", "1.11.5"): _mlflow_1_11,
+    ("gpu-operator", "v26.7.0"): _gpu_operator_26_7,  # the chart version carries the "v" (Chart.yaml)
 }
 
 
