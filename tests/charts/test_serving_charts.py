@@ -33,7 +33,9 @@ def helm_template(release_name: str, tmp_path: Path) -> list[dict[str, Any]]:
         pytest.skip(f"chart copy {chart} not found: set TRAINYARD_CHARTS_DIR (default ../shared/charts)")
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump(release.values))
-    out = subprocess.run([str(HELM), "template", release.name, str(chart), "-n", release.namespace, "-f", str(values)],
+    # --no-hooks as Pulumi's helm.v4.Chart renders (DisableHooks), so a hook Job never exists.
+    out = subprocess.run([str(HELM), "template", release.name, str(chart), "-n", release.namespace, "--no-hooks",
+                          "-f", str(values)],
                          capture_output=True, text=True, check=True, timeout=120).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
