@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build Trainyard's local platform tools from pinned Go wrapper modules.
 #
-#   tools/build.sh [all|etcd|kube-apiserver|pulumi|pulumi-kubernetes]...
+#   tools/build.sh [all|etcd|kube-apiserver|pulumi|pulumi-kubernetes|seaweedfs]...
 #   tools/build.sh --check     exit 0 iff every binary is present and current
 #   tools/build.sh --list      print the tools and binaries
 #
@@ -28,13 +28,19 @@ fi
 export GOTOOLCHAIN=local
 export CGO_ENABLED="${CGO_ENABLED:-0}"
 
-ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes)
+ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes seaweedfs)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
 K8S_VERSION=v1.36.3
 PULUMI_VERSION=v3.274.1
 PULUMI_K8S_VERSION=4.25.0   # release the provider/v4 pseudo-version went into (docs/tools.md)
+# SeaweedFS is built inside its own module (from the module zip): its go.mod has a replace
+# directive that a wrapper module would not inherit. The proxy lists exactly this pseudo-version
+# (weed/util/version/constants.go of that commit says 4.53).
+SEAWEEDFS_MODULE=github.com/seaweedfs/seaweedfs
+SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
+SEAWEEDFS_MODSUM="h1:LOYZFToHq9F7pSR6lkPGfkM8RmHlVFrzndKdhmNZjrU="
 
 # ------------------------------------------------------ per-tool definition
 # tool_bins TOOL  -> lines "binary-name go-package"
@@ -51,6 +57,7 @@ tool_bins() {
       echo "pulumi-language-python ./cmd/pulumi-language-python"
       ;;
     pulumi-kubernetes) echo "pulumi-resource-kubernetes ./cmd/pulumi-resource-kubernetes" ;;
+    seaweedfs) echo "weed ./weed" ;;
     *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]})" >&2; return 2 ;;
   esac
 }
@@ -75,6 +82,7 @@ tool_ldflags() {
     pulumi) x=" -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" ;;
     pulumi-kubernetes)
       x=" -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$PULUMI_K8S_VERSION" ;;
+    seaweedfs) x=" -X $SEAWEEDFS_MODULE/weed/util/version.COMMIT=$SEAWEEDFS_VERSION" ;;
   esac
   echo "-s -w$x"
 }
@@ -84,7 +92,8 @@ tool_buildflags() { echo "-trimpath -mod=readonly -buildvcs=false"; }
 # ------------------------------------------------------------------ helpers
 log() { printf '%s\n' "$*" >&2; }
 
-# Module directory holding go.mod for a tool.
+# Module directory holding go.mod for a tool (seaweedfs has no wrapper: its pin is in this file,
+# which the stamp covers through tool_ldflags and the module sum below).
 tool_mod_dir() { echo "$TOOLS_SRC/$1"; }
 
 # Stamp: go.mod, go.sum, every committed non-generated source in the wrapper,
@@ -97,6 +106,8 @@ tool_stamp() {
     echo "ldflags=$(tool_ldflags "$t")"
     echo "flags=$(tool_buildflags "$t")"
     tool_bins "$t"
+    [[ "$t" != seaweedfs ]] || echo "module=$SEAWEEDFS_MODULE@$SEAWEEDFS_VERSION $SEAWEEDFS_MODSUM"
+    [[ -d "$dir" ]] || return 0
     (cd "$dir" && find . -type f \( -name go.mod -o -name go.sum -o -name '*.go' -o -name '*.sh' \) \
         | LC_ALL=C sort | xargs sha256sum)
   } | sha256sum | cut -d' ' -f1
@@ -119,6 +130,7 @@ prepare() {
   local t="$1" dir; dir="$(tool_mod_dir "$t")"
   case "$t" in
     pulumi-kubernetes) prepare_pulumi_kubernetes "$dir" ;;
+    seaweedfs) prepare_module_zip "$SEAWEEDFS_MODULE" "$SEAWEEDFS_VERSION" "$SEAWEEDFS_MODSUM" ;;
     *) echo "$dir" ;;
   esac
 }
@@ -139,6 +151,20 @@ prepare_pulumi_kubernetes() {
   (cd "$dst" && "$GO" run -mod=readonly ./cmd/gen-embed -provider "$moddir" \
       -version "$PULUMI_K8S_VERSION" -out ./cmd/pulumi-resource-kubernetes >&2)
   echo "$dst"
+}
+
+# A module built in its own directory from the module cache (`go mod download` verifies the zip
+# against the checksum database; the sum pinned above must match it too). Its own go.mod/go.sum
+# then drive the build, with -mod=readonly.
+prepare_module_zip() {
+  local module="$1" version="$2" want_sum="$3" json dir sum
+  json="$(cd "$WORK_DIR" && "$GO" mod download -json "$module@$version")"
+  dir="$(sed -n 's/^\t"Dir": "\(.*\)",$/\1/p' <<<"$json")"
+  sum="$(sed -n 's/^\t"Sum": "\(.*\)",$/\1/p' <<<"$json")"
+  if [[ "$sum" != "$want_sum" ]]; then
+    log "build.sh: $module@$version has sum '$sum', pinned '$want_sum'"; return 1
+  fi
+  echo "$dir"
 }
 
 # ----------------------------------------------------------- post hooks

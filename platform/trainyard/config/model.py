@@ -98,10 +98,13 @@ class Versions(Model):
     kueue: str = Field(default=catalog.DEFAULT_VERSIONS["kueue"], description="Kueue release (chart and CRDs).")
     jobset: str = Field(default=catalog.DEFAULT_VERSIONS["jobset"], description="JobSet release (chart and CRD).")
     trainer: str = Field(default=catalog.DEFAULT_VERSIONS["trainer"], description="Kubeflow Trainer release (chart and CRDs).")
+    seaweedfs: str = Field(default=catalog.DEFAULT_VERSIONS["seaweedfs"], description="SeaweedFS chart release.")
+    minio: str = Field(default=catalog.DEFAULT_VERSIONS["minio"],
+                       description="MinIO Operator release (operator and tenant charts, CRDs).")
 
     @model_validator(mode="after")
     def _known(self) -> Versions:
-        for component in ("kueue", "jobset", "trainer"):
+        for component in ("kueue", "jobset", "trainer", "seaweedfs", "minio"):
             version = getattr(self, component)
             if (component, version) not in catalog.RELEASES:
                 known = ", ".join(catalog.known_versions(component))
@@ -364,7 +367,8 @@ class Rehearsal(Model):
         default=(), description="Controllers whose charts are not installed (CRDs and Trainyard objects still are).")
 
 
-# security.py builds on Model and the name types above, so it is imported here, not at the top.
+# security.py and object_store.py build on Model and the name types above, so they are imported here.
+from trainyard.config.object_store import ObjectStore, check_object_store  # noqa: E402
 from trainyard.config.security import Security  # noqa: E402
 
 
@@ -387,6 +391,8 @@ class PlatformConfig(Model):
     lifecycle: Lifecycle = Field(default=Lifecycle(), description="Protection of data-holding resources.")
     rehearsal: Rehearsal = Field(default=Rehearsal(), description="Local rehearsal settings.")
     security: Security = Security()
+    object_store: ObjectStore | None = Field(
+        default=None, description="Object storage (buckets and credentials per tenant); unset = none.")
 
     def pool(self, name: str) -> GpuPool:
         return next(p for p in self.gpu_pools if p.name == name)
@@ -459,6 +465,7 @@ class PlatformConfig(Model):
                     f"level {self.runtimes.topology.level!r} is not a topology level"
                     + ("" if self.topology else " (the stack defines no topology)"),
                 )
+        check_object_store(self)
         return self
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import admission, crds, installs, kueue, network, runtimes, tenants
+from trainyard.manifests import admission, crds, installs, kueue, network, object_store, runtimes, tenants
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest, object_id, object_key
@@ -67,7 +67,7 @@ class RenderError(Exception):
 
 def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None = None) -> RenderedPlatform:
     try:
-        crd_docs = crds.load_crds(config, CRD_COMPONENTS, stack_dir)
+        crd_docs = crds.load_crds(config, CRD_COMPONENTS + object_store.crd_components(config), stack_dir)
         # Every concern's builder, in apply order; a new concern adds one line (docs/architecture.md).
         concerns = (
             installs.build(config),
@@ -76,6 +76,9 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
             admission.build(config),
             tenants.build(config),
             network.build(config),
+            object_store.build(config),
+            # Last: the service identities' Secrets go into namespaces other concerns declare.
+            object_store.service_credentials(config),
         )
     except (crds.CrdUnavailable, runtimes.RuntimeFileError) as exc:
         raise RenderError(str(exc)) from None

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 
 from trainyard import catalog
-from trainyard.manifests.meta import Manifest
+from trainyard.manifests.meta import NON_SECRET_KEYS, Manifest
 from trainyard.manifests.runtimes import DIGEST, image_allowed
 from trainyard.policy.model import Context, object_rule
 from trainyard.policy.pods import as_dict, as_list, containers, env_lists, pod_specs
@@ -25,6 +25,9 @@ SECRET_NAME = re.compile(r"(password|passwd|secret|token|credential|private[-_]?
                          re.IGNORECASE)
 # Values that stand for something filled in at deploy time (render's "<redacted>", "<generated>").
 PLACEHOLDER = re.compile(r"^<[^<>]*>$")
+# A Secret value built around deploy-time generated values (trainyard.manifests.generated): the
+# secret part is generated, the rest (a JSON frame, "export NAME=") is reviewed text.
+GENERATED_PLACEHOLDER = re.compile(r"\$\{generated:[a-z0-9][a-z0-9./-]*[a-z0-9]\}")
 
 
 def _images(obj: Manifest) -> Iterator[tuple[str, str]]:
@@ -126,9 +129,11 @@ def gpu_container_limits(obj: Manifest, ctx: Context) -> Iterator[str]:
              "deploy time as Pulumi secrets, never in reviewed YAML.")
 def no_plaintext_secrets(obj: Manifest, ctx: Context) -> Iterator[str]:
     if obj.get("kind") == "Secret":
+        public = set(str(as_dict(as_dict(obj.get("metadata")).get("annotations")).get(NON_SECRET_KEYS, "")).split(","))
         for field in ("data", "stringData"):
             for key, value in as_dict(obj.get(field)).items():
-                if isinstance(value, str) and value and not PLACEHOLDER.match(value):
+                if (isinstance(value, str) and value and not PLACEHOLDER.match(value)
+                        and not GENERATED_PLACEHOLDER.search(value) and key not in public):
                     yield f"{field}.{key} holds a literal value"
     for path, env in env_lists(obj):
         for i, item in enumerate(env):
