@@ -22,6 +22,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
+from trainyard.components.generated import GeneratedValues
 from trainyard.components.kubernetes_object import KubernetesObject
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import RenderedPlatform, render_platform
@@ -40,11 +41,21 @@ TENANTS_AFTER: tuple[str, ...] = ("queueing", "admission")
 
 
 def _object_opts(config: PlatformConfig, obj: Manifest, parent: pulumi.Resource,
-                 depends_on: list[pulumi.Resource]) -> pulumi.ResourceOptions:
-    """Options for one object: data-holding objects survive destroy, and are protected where the stack says."""
+                 depends_on: list[pulumi.Resource], secret_fields: list[str] | None = None) -> pulumi.ResourceOptions:
+    """Options for one object: data-holding objects survive destroy, and are protected where the stack says.
+
+    Fields holding generated values are secret inputs; their outputs are made secret too.
+    """
     data = holds_data(obj)
     return pulumi.ResourceOptions(parent=parent, depends_on=depends_on, retain_on_delete=data,
-                                  protect=data and config.lifecycle.protect_data)
+                                  protect=data and config.lifecycle.protect_data,
+                                  additional_secret_outputs=secret_fields or None)
+
+
+def _object(config: PlatformConfig, obj: Manifest, parent: pulumi.Resource, depends_on: list[pulumi.Resource],
+            generated: GeneratedValues) -> KubernetesObject:
+    props, secret_fields = generated.resolve(obj)
+    return KubernetesObject(props, _object_opts(config, obj, parent, depends_on, secret_fields))
 
 
 class Namespaces:
@@ -62,15 +73,15 @@ class Namespaces:
 
 
 def _declare(config: PlatformConfig, objects: list[Manifest], parent: pulumi.Resource,
-             depends_on: list[pulumi.Resource], namespaces: Namespaces) -> list[KubernetesObject]:
-    """Namespaces first, then every other object after its namespace."""
+             depends_on: list[pulumi.Resource], namespaces: Namespaces, generated: GeneratedValues) -> list[KubernetesObject]:
+    """Namespaces first, then every other object after its namespace; generated values substituted as secrets."""
     declared: list[KubernetesObject] = []
     for obj in (o for o in objects if o["kind"] == "Namespace"):
-        resource = KubernetesObject(obj, _object_opts(config, obj, parent, depends_on))
+        resource = _object(config, obj, parent, depends_on, generated)
         namespaces.add(obj["metadata"]["name"], resource)
         declared.append(resource)
     for obj in (o for o in objects if o["kind"] != "Namespace"):
-        declared.append(KubernetesObject(obj, _object_opts(config, obj, parent, [*depends_on, *namespaces.of(obj)])))
+        declared.append(_object(config, obj, parent, [*depends_on, *namespaces.of(obj)], generated))
     return declared
 
 
@@ -81,10 +92,11 @@ def _title(concern: str) -> str:
 class ConcernGroup(pulumi.ComponentResource):
     """One concern's platform-level objects, then its chart releases (charts install with CRDs off)."""
 
-    def __init__(self, config: PlatformConfig, concern: Concern, namespaces: Namespaces,
+    def __init__(self, config: PlatformConfig, concern: Concern, namespaces: Namespaces, generated: GeneratedValues,
                  opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource]) -> None:
         super().__init__(f"{TYPE_PREFIX}:{_title(concern.name)}", concern.name, None, opts)
-        self.resources: list[pulumi.Resource] = list(_declare(config, list(concern.objects), self, depends_on, namespaces))
+        self.resources: list[pulumi.Resource] = list(
+            _declare(config, list(concern.objects), self, depends_on, namespaces, generated))
         previous: list[pulumi.Resource] = []
         for release in concern.releases:
             if release.external:
@@ -116,9 +128,9 @@ class Tenant(pulumi.ComponentResource):
     """A tenant namespace, and then everything every concern puts in it."""
 
     def __init__(self, name: str, config: PlatformConfig, objects: list[Manifest], namespaces: Namespaces,
-                 opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource]) -> None:
+                 generated: GeneratedValues, opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource]) -> None:
         super().__init__(f"{TYPE_PREFIX}:Tenant", name, None, opts)
-        self.resources = _declare(config, objects, self, depends_on, namespaces)
+        self.resources = _declare(config, objects, self, depends_on, namespaces, generated)
         namespace = next(o["metadata"]["name"] for o in objects if o["kind"] == "Namespace")
         self.register_outputs({"namespace": namespace})
 
@@ -139,17 +151,21 @@ class Platform(pulumi.ComponentResource):
         )
         child = pulumi.ResourceOptions(parent=self, providers={"kubernetes": self.provider})
         namespaces = Namespaces()
+        # One generated value per name for the whole stack, whichever concern or tenant references it.
+        self.generated = GeneratedValues(self, (spec for c in rendered.concerns for spec in c.generated))
 
-        self.crds = ConcernGroup(config, Concern("crds", objects=rendered.crds), namespaces, child, [])
+        self.crds = ConcernGroup(config, Concern("crds", objects=rendered.crds), namespaces, self.generated, child, [])
         self.groups: dict[str, ConcernGroup] = {}
         for concern in rendered.concerns:
             if not concern.objects and not concern.releases:
                 continue
             after = [self.groups[c] for c in AFTER.get(concern.name, ()) if c in self.groups]
-            self.groups[concern.name] = ConcernGroup(config, concern, namespaces, child, [self.crds, *after])
+            self.groups[concern.name] = ConcernGroup(config, concern, namespaces, self.generated, child,
+                                                     [self.crds, *after])
 
         tenant_after: list[pulumi.Resource] = [self.crds, *(self.groups[c] for c in TENANTS_AFTER if c in self.groups)]
-        self.tenants = [Tenant(t.name, config, list(rendered.tenant_objects(t.name)), namespaces, child, tenant_after)
+        self.tenants = [Tenant(t.name, config, list(rendered.tenant_objects(t.name)), namespaces, self.generated, child,
+                               tenant_after)
                         for t in config.tenants]
         self.register_outputs({
             "environment": config.environment,

@@ -363,8 +363,9 @@ class Lifecycle(Model):
 class Rehearsal(Model):
     """Local rehearsal: which upstream controllers are external (CRDs and config applied, no Deployments)."""
 
-    external_controllers: tuple[Literal["kueue", "jobset", "trainer"], ...] = Field(
-        default=(), description="Controllers whose charts are not installed (CRDs and Trainyard objects still are).")
+    external_controllers: tuple[Literal["kueue", "jobset", "trainer", "seaweedfs", "minio"], ...] = Field(
+        default=(), description="Controllers whose charts are not installed (CRDs and Trainyard objects still are); "
+        "seaweedfs and minio name the object store's charts.")
 
 
 # security.py and object_store.py build on Model and the name types above, so they are imported here.

@@ -354,8 +354,10 @@ def _version(config: PlatformConfig, component: str) -> str:
 
 def _chart(config: PlatformConfig, component: str, name: str, namespace_name: str, values: dict[str, Any]) -> ChartRelease:
     pinned = catalog.release(component, _version(config, component))
+    backend = "minio" if component.startswith("minio") else component
     return ChartRelease(name=name, component=component, chart=pinned.chart.chart, repo=pinned.chart.repo,
-                        version=pinned.version, namespace=namespace_name, values=values)
+                        version=pinned.version, namespace=namespace_name, values=values,
+                        external=backend in config.rehearsal.external_controllers)
 
 
 def seaweedfs_objects(config: PlatformConfig) -> tuple[list[Manifest], list[ChartRelease]]:
@@ -417,7 +419,7 @@ def minio_objects(config: PlatformConfig) -> tuple[list[Manifest], list[ChartRel
                             "size": str(settings.volume.size)}
     if settings.volume.storage_class:
         pool["storageClassName"] = settings.volume.storage_class
-    tenant = _chart(config, "minio-tenant", MINIO_TENANT_NAME, store.namespace, {"tenant": {
+    tenant = _chart(config, "minio-tenant", "minio-tenant", store.namespace, {"tenant": {
         "name": MINIO_TENANT_NAME,
         "image": {"repository": f"{registry}/{repository}", "tag": tag, "pullPolicy": "IfNotPresent"},
         # Trainyard writes the root credentials Secret itself; the chart's sample keys are blanked.
@@ -479,7 +481,13 @@ def build(config: PlatformConfig) -> Concern:
     tenant_objects = {t.name: (credentials_secret(config, tenant_identity(config, t), t.namespace_name,
                                                   {TENANT_LABEL: t.name, **LABELS}),)
                       for t in config.tenants}
-    return Concern("object-store", objects=tuple(objects), releases=tuple(releases), tenant_objects=tenant_objects)
+    return Concern("object-store", objects=tuple(objects), releases=tuple(releases), tenant_objects=tenant_objects,
+                   generated=generated_values(config))
+
+
+def generated_values(config: PlatformConfig) -> tuple[GeneratedValue, ...]:
+    """Every key pair this concern references: the admin's, each tenant's and each service's."""
+    return tuple(value for i in (ADMIN, *identities(config)) for value in (i.access_key, i.secret_key))
 
 
 def service_credentials(config: PlatformConfig) -> Concern:
@@ -492,7 +500,9 @@ def service_credentials(config: PlatformConfig) -> Concern:
     if store is None or not store.services:
         return Concern("object-store-services")
     return Concern("object-store-services", objects=tuple(
-        credentials_secret(config, service_identity(config, s), s.namespace, LABELS) for s in store.services))
+        credentials_secret(config, service_identity(config, s), s.namespace, LABELS) for s in store.services),
+        generated=tuple(v for s in store.services for i in (service_identity(config, s),)
+                        for v in (i.access_key, i.secret_key)))
 
 
 def crd_components(config: PlatformConfig) -> list[str]:
