@@ -31,7 +31,11 @@ $(STAMP): pyproject.toml
 
 .PHONY: test
 test: setup lint typecheck ## Lint, type-check and run every offline test tier (unit, conformance, program, policy, review)
-	$(BIN)/pytest -q -m "not cluster" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not cluster and not dataplane" $(PYTEST_ARGS)
+
+.PHONY: test-dataplane
+test-dataplane: setup ## Data-plane tier: a real SeaweedFS (built by `make tools`) with Trainyard's identities and buckets
+	$(BIN)/pytest -q -s -m dataplane tests/dataplane $(PYTEST_ARGS)
 
 .PHONY: lint
 lint: setup ## ruff over the code, tests and policy pack
@@ -65,7 +69,7 @@ bench: setup ## Benchmarks (print figures; never part of the tests)
 ##@ Rehearsal cluster and the real engine
 
 .PHONY: tools
-tools: ## Build etcd, kube-apiserver, the Pulumi CLI and the Kubernetes provider from Go modules (cached)
+tools: ## Build etcd, kube-apiserver, the Pulumi CLI, the Kubernetes provider and SeaweedFS from Go modules (cached)
 	tools/build.sh all
 
 .PHONY: cluster-up cluster-down

@@ -65,7 +65,7 @@ tool_bins() {
 # Extra files (besides binaries) a tool puts in BIN_DIR.
 tool_extra_files() {
   case "$1" in
-    pulumi) echo "pulumi-language-python-exec" ;;
+    pulumi) echo "pulumi-language-python-exec pulumi-resource-pulumi-python" ;;
   esac
 }
 
@@ -176,6 +176,8 @@ post_build() {
       local sdk
       sdk="$(cd "$dir" && "$GO" list -mod=readonly -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)"
       install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" "$BIN_DIR/pulumi-language-python-exec"
+      # The plugin of Python dynamic providers (Trainyard's generated secrets): `python -m pulumi.dynamic`.
+      install -m 0755 "$sdk/python/dist/pulumi-resource-pulumi-python" "$BIN_DIR/pulumi-resource-pulumi-python"
       ;;
   esac
 }

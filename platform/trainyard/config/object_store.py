@@ -241,6 +241,11 @@ class ObjectStore(Model):
         services = [s.name for s in self.services]
         if len(set(services)) != len(services):
             raise ValueError("services: names must be unique")
+        namespaces = [s.namespace for s in self.services]
+        if len(set(namespaces)) != len(namespaces):
+            # Each service's Secret has the one fixed name: one identity per namespace.
+            raise ValueError("services: one identity per namespace (the credentials Secret has a fixed name); "
+                             "list all the buckets of a namespace's services under one identity")
         return self
 
     def tenant_bucket(self, tenant: str, purpose: Purpose) -> str:
@@ -291,9 +296,13 @@ def check_object_store(config: PlatformConfig) -> None:
             raise FieldError(("object_store", "bucket_prefix"),
                              f"bucket name {name!r} is not a valid S3 bucket name (3-63 characters); shorten the prefix "
                              "or the tenant name")
+    tenant_namespaces = {t.namespace_name for t in config.tenants}
     for i, service in enumerate(store.services):
         if service.name in tenants:
             raise FieldError(("object_store", "services", i, "name"), f"{service.name!r} is also a tenant name")
+        if service.namespace in tenant_namespaces:
+            raise FieldError(("object_store", "services", i, "namespace"),
+                             f"{service.namespace!r} is a tenant namespace; its Secret would replace the tenant's")
         for j, bucket in enumerate(service.buckets):
             if bucket not in buckets and store.platform_bucket(bucket) not in buckets:
                 raise FieldError(("object_store", "services", i, "buckets", j),

@@ -391,6 +391,9 @@ def seaweedfs_objects(config: PlatformConfig) -> tuple[list[Manifest], list[Char
             "data": {"type": "existingClaim", "claimName": SEAWEEDFS_DATA_CLAIM},
             # The identities file is read at start: a changed file (a new tenant, a rotated key name) rolls the pod.
             "podAnnotations": {"trainyard.dev/s3-identities-sha256": _hash(identities_json)},
+            # weed server reports usage statistics to telemetry.seaweedfs.com unless told not to
+            # (weed/command/server.go -master.telemetry, default true); a sovereign platform does not.
+            "extraArgs": ["-master.telemetry=false"],
             "podSecurityContext": {"enabled": True, **_restricted_pod()},
             "containerSecurityContext": {"enabled": True, "allowPrivilegeEscalation": False,
                                          "capabilities": {"drop": ["ALL"]}},
