@@ -88,7 +88,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, str]) -> It
             *(f"-{flag}={port}" for flag, port in ports.items()),
             *(f"-{flag}.grpc={free_port()}" for flag in ports)]
     log = (work / "weed.log").open("w")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=work)  # noqa: S603 - our own binary
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=work)
     endpoint = f"http://127.0.0.1:{s3_port}"
     try:
         admin = client(endpoint, keys[object_store.ADMIN.access_key.name], keys[object_store.ADMIN.secret_key.name])
@@ -109,6 +109,10 @@ def server(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, str]) -> It
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+    # The server's own log never shows a secret key (access key ids are identifiers, not secrets).
+    server_log = (work / "weed.log").read_text(errors="replace")
+    leaked = [name for name, value in keys.items() if name.endswith("secret-key") and value in server_log]
+    assert leaked == [], f"secret keys in the SeaweedFS log: {leaked}"
 
 
 @pytest.fixture(scope="module")

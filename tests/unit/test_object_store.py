@@ -296,3 +296,17 @@ def test_the_generator_replaces_a_value_only_when_its_shape_changes() -> None:
     assert not same.changes
     longer = provider.diff(created.id, created.outs, {"length": 64, "alphabet": "password", "value": None})
     assert longer.changes and longer.replaces == ["length"]
+
+
+def test_data_holding_children_of_a_chart_are_retained_and_protected() -> None:
+    import pulumi
+
+    from trainyard.components.platform import retain_chart_data
+
+    transform = retain_chart_data(protect=True)
+    crd = transform(pulumi.ResourceTransformArgs(True, "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition",
+                                                 "tenants.minio.min.io", {}, pulumi.ResourceOptions()))
+    assert crd is not None and crd.opts.retain_on_delete is True and crd.opts.protect is True
+    deployment = transform(pulumi.ResourceTransformArgs(True, "kubernetes:apps/v1:Deployment", "minio-operator", {},
+                                                        pulumi.ResourceOptions()))
+    assert deployment is None

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import secrets
 import string
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pulumi
@@ -105,8 +105,14 @@ class GeneratedValues:
                 continue
             if field in ("apiVersion", "kind", "metadata"):
                 raise ValueError(f"{field} of {manifest.get('kind')} references generated values; only data fields may")
-            outputs = [self.value(n) for n in names]
-            props[field] = pulumi.Output.secret(pulumi.Output.all(*outputs).apply(
-                lambda values, v=value, ns=names: substitute(v, dict(zip(ns, values, strict=True)))))
+            props[field] = pulumi.Output.secret(
+                pulumi.Output.all(*[self.value(n) for n in names]).apply(_substituter(value, names)))
             secret_fields.append(field)
         return props, secret_fields
+
+
+def _substituter(value: Any, names: list[str]) -> Callable[[list[str]], Any]:
+    """The function that fills ``value``'s placeholders, once the generated ``names`` are known."""
+    def fill(values: list[str]) -> Any:
+        return substitute(value, dict(zip(names, values, strict=True)))
+    return fill

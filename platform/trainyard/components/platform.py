@@ -85,6 +85,26 @@ def _declare(config: PlatformConfig, objects: list[Manifest], parent: pulumi.Res
     return declared
 
 
+def chart_child_kind(type_: str) -> str:
+    """The Kind of a chart child from its type token (``kubernetes:apps/v1:StatefulSet`` -> ``StatefulSet``)."""
+    return type_.rsplit(":", 1)[-1]
+
+
+def retain_chart_data(protect: bool) -> pulumi.ResourceTransform:
+    """A transform for a chart's children: those that hold data (a chart's CRDs, claims, StatefulSets)
+    are retained on delete and protected like Trainyard's own (manifests/lifecycle.py).
+
+    Some charts render CRDs as templates without a switch (Kueue, the MinIO operator): without this,
+    destroying the release would delete the CRD and every object of its kind.
+    """
+    def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        if not args.custom or not holds_data({"kind": chart_child_kind(args.type_)}):
+            return None
+        opts = pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(retain_on_delete=True, protect=protect))
+        return pulumi.ResourceTransformResult(args.props, opts)
+    return transform
+
+
 def _title(concern: str) -> str:
     return "".join(part.title() for part in concern.split("-"))
 
@@ -95,6 +115,7 @@ class ConcernGroup(pulumi.ComponentResource):
     def __init__(self, config: PlatformConfig, concern: Concern, namespaces: Namespaces, generated: GeneratedValues,
                  opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource]) -> None:
         super().__init__(f"{TYPE_PREFIX}:{_title(concern.name)}", concern.name, None, opts)
+        self._protect_chart_data = config.lifecycle.protect_data
         self.resources: list[pulumi.Resource] = list(
             _declare(config, list(concern.objects), self, depends_on, namespaces, generated))
         previous: list[pulumi.Resource] = []
@@ -120,7 +141,8 @@ class ConcernGroup(pulumi.ComponentResource):
             repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=release.repo) if release.repo else None,
             values=release.values,
             skip_crds=True,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on,
+                                        transforms=[retain_chart_data(self._protect_chart_data)]),
         )
 
 

@@ -25,9 +25,7 @@ Ref: ../shared/research/data-plane.md section 1.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -278,7 +276,6 @@ def check_object_store(config: PlatformConfig) -> None:
     from trainyard.config.model import FieldError  # defined after this module is imported
 
     store = config.object_store
-    allow = config.security.network.object_store
     if store is None:
         return
     tenants = {t.name for t in config.tenants}
@@ -296,6 +293,14 @@ def check_object_store(config: PlatformConfig) -> None:
             raise FieldError(("object_store", "bucket_prefix"),
                              f"bucket name {name!r} is not a valid S3 bucket name (3-63 characters); shorten the prefix "
                              "or the tenant name")
+    _check_services(config, store, buckets)
+    _check_network(config, store)
+
+
+def _check_services(config: PlatformConfig, store: ObjectStore, buckets: set[str]) -> None:
+    from trainyard.config.model import FieldError
+
+    tenants = {t.name for t in config.tenants}
     tenant_namespaces = {t.namespace_name for t in config.tenants}
     for i, service in enumerate(store.services):
         if service.name in tenants:
@@ -307,6 +312,12 @@ def check_object_store(config: PlatformConfig) -> None:
             if bucket not in buckets and store.platform_bucket(bucket) not in buckets:
                 raise FieldError(("object_store", "services", i, "buckets", j),
                                  f"bucket {bucket!r} is neither a platform bucket nor a tenant bucket")
+
+
+def _check_network(config: PlatformConfig, store: ObjectStore) -> None:
+    from trainyard.config.model import FieldError
+
+    allow = config.security.network.object_store
     # Tenants reach the object store through security.network.object_store. For an in-cluster
     # backend it is derived from the server (namespace, pod labels, S3 port); a hand-written one
     # must say exactly the same, or tenants' pods would be allowed somewhere the server is not.

@@ -41,12 +41,12 @@ COMPONENT = "object-store"
 LABELS = {COMPONENT_LABEL: COMPONENT}
 SEAWEEDFS_RELEASE = "seaweedfs"
 SEAWEEDFS_DATA_CLAIM = "seaweedfs-data"
-SEAWEEDFS_IDENTITIES_SECRET = "seaweedfs-s3-identities"
+SEAWEEDFS_IDENTITIES_SECRET = "seaweedfs-s3-identities"  # noqa: S105 - a Secret's name
 # The key the SeaweedFS chart mounts the identities file from (templates/all-in-one/all-in-one-deployment.yaml:
 # -s3.config=/etc/sw/s3/seaweedfs_s3_config, volume config-s3-users from existingConfigSecret).
 SEAWEEDFS_IDENTITIES_KEY = "seaweedfs_s3_config"
-MINIO_CONFIG_SECRET = "minio-root-config"
-ADMIN_SECRET = "object-store-admin"
+MINIO_CONFIG_SECRET = "minio-root-config"  # noqa: S105 - a Secret's name
+ADMIN_SECRET = "object-store-admin"  # noqa: S105 - a Secret's name
 PROVISIONING_CONFIG = "object-store-provisioning"
 PROVISIONING_IDENTITIES = "object-store-provisioning-identities"
 PROVISIONER_LABEL = "trainyard.dev/object-store-provisioner"
@@ -110,7 +110,7 @@ def endpoint_url(config: PlatformConfig) -> str:
         # The operator's Service "minio" serves the S3 API on port 80 when the Tenant has no TLS
         # (pkg/resources/services/service.go of minio/operator: MinIOServiceHTTPPort 80 -> 9000).
         return f"http://minio.{store.namespace}.svc:80"
-    assert store.external is not None  # noqa: S101 - ObjectStore validates it
+    assert store.external is not None
     return store.external.endpoint_url
 
 

@@ -140,7 +140,8 @@ def object_store_no_public_buckets(obj: Manifest, ctx: Context) -> Iterator[str]
     for _, identities in seaweedfs_identity_files([obj]):
         for identity in identities:
             if identity.get("name") == "anonymous":
-                yield f"grants unauthenticated access (identity 'anonymous': {', '.join(map(str, as_list(identity.get('actions'))))})"
+                actions = ", ".join(map(str, as_list(identity.get("actions"))))
+                yield f"grants unauthenticated access (identity 'anonymous': {actions})"
     for _, plan in provisioning_plans([obj]):
         for bucket in as_list(plan.get("buckets")):
             entry = as_dict(bucket)

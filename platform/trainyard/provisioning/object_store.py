@@ -117,7 +117,7 @@ def reconcile(plan: dict[str, Any], keys: dict[str, dict[str, str]], s3: Any | N
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:  # noqa: PLR2004 - program, plan, identities
+    if len(argv) != 3:
         print("usage: object_store.py PLAN.json IDENTITIES.json", file=sys.stderr)
         return 2
     with open(argv[1], encoding="utf-8") as f:
