@@ -26,6 +26,7 @@ from tests.cluster.conftest import CLUSTER_SH, TRAINYARD, Cluster
 from tests.conftest import ROOT
 from trainyard.config import load_stack
 from trainyard.manifests import render_platform
+from trainyard.manifests.lifecycle import DATA_HOLDING_KINDS
 from trainyard.manifests.meta import Manifest
 
 pytestmark = pytest.mark.cluster
@@ -427,14 +428,16 @@ def test_up_after_the_cluster_was_recreated(engine: Engine, deployed: Run, rende
     assert "--refresh" not in again.stderr
 
 
-def test_destroy_keeps_crds_and_namespaces(engine: Engine, deployed: Run, rendered_objects: dict[Key, Manifest],
+def test_destroy_keeps_crds_namespaces_and_volumes(engine: Engine, deployed: Run, rendered_objects: dict[Key, Manifest],
                                            timings: list[Timing]) -> None:
     run = engine.run("destroy", "--yes")
-    timings.append(Timing("pulumi destroy", run.wall, run.engine, "CRDs and namespaces retained"))
+    timings.append(Timing("pulumi destroy", run.wall, run.engine, "CRDs, namespaces and volumes retained"))
     assert run.returncode == 0, run.explain()
-    retained = [k for k in rendered_objects if k[1] in {"CustomResourceDefinition", "Namespace"}]
+    retained = [k for k in rendered_objects if k[1] in DATA_HOLDING_KINDS]
     gone = [k for k in rendered_objects if k not in retained]
-    assert {k[3] for k in retained if k[1] == "Namespace"} == {"team-a", "team-b"}
+    assert {k[3] for k in retained if k[1] == "Namespace"} == {"team-a", "team-b", "object-store"}
+    # The object store's data volume outlives the stack (manifests/lifecycle.py).
+    assert ("core", "PersistentVolumeClaim", "object-store", "seaweedfs-data") in retained
     live = live_objects(engine.cluster, list(rendered_objects))
     assert sorted(set(retained) - set(live)) == []
     assert sorted(set(gone) & set(live)) == []

@@ -215,7 +215,7 @@ def test_external_endpoint_needs_its_networks_and_admin_secret_and_renders_no_se
     concern = platform.concern("object-store")
     assert concern.releases == ()
     assert "NetworkPolicy/object-store/allow-s3" not in by_id(concern.objects)
-    job = next(o for o in concern.objects if o["kind"] == "Job")
+    (job,) = concern.after_releases
     assert job["spec"]["template"]["spec"]["containers"][0]["envFrom"] == [{"secretRef": {"name": "s3-admin"}}]
 
 
@@ -310,3 +310,13 @@ def test_data_holding_children_of_a_chart_are_retained_and_protected() -> None:
     deployment = transform(pulumi.ResourceTransformArgs(True, "kubernetes:apps/v1:Deployment", "minio-operator", {},
                                                         pulumi.ResourceOptions()))
     assert deployment is None
+
+
+def test_the_job_waits_for_the_server_and_the_rehearsal_does_not_wait_for_pods() -> None:
+    staging = rendered("staging").concern("object-store")
+    assert [o["kind"] for o in staging.after_releases] == ["Job"]
+    assert "pulumi.com/skipAwait" not in staging.after_releases[0]["metadata"]["annotations"]
+    local = rendered("local").concern("object-store")
+    claim = by_id(local.objects)["PersistentVolumeClaim/object-store/seaweedfs-data"]
+    assert claim["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+    assert local.after_releases[0]["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"

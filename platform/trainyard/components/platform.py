@@ -129,6 +129,9 @@ class ConcernGroup(pulumi.ComponentResource):
             chart = self._chart(release, [*depends_on, *self.resources, *previous])
             previous = [chart]
             self.resources.append(chart)
+        # Objects that use what the charts run (a provisioning Job) wait for every chart of the concern.
+        self.resources += _declare(config, list(concern.after_releases), self, [*depends_on, *self.resources],
+                                   namespaces, generated)
         self.register_outputs({"count": len(self.resources),
                                "charts": [r.name for r in concern.releases if not r.external]})
 
@@ -179,7 +182,7 @@ class Platform(pulumi.ComponentResource):
         self.crds = ConcernGroup(config, Concern("crds", objects=rendered.crds), namespaces, self.generated, child, [])
         self.groups: dict[str, ConcernGroup] = {}
         for concern in rendered.concerns:
-            if not concern.objects and not concern.releases:
+            if not concern.objects and not concern.releases and not concern.after_releases:
                 continue
             after = [self.groups[c] for c in AFTER.get(concern.name, ()) if c in self.groups]
             self.groups[concern.name] = ConcernGroup(config, concern, namespaces, self.generated, child,

@@ -480,12 +480,28 @@ def build(config: PlatformConfig) -> Concern:
         backend_objects, releases = minio_objects(config)
         objects += backend_objects
     objects += network_policies(config)
-    objects += provisioning_objects(config)
+    *provisioning, job = provisioning_objects(config)
+    objects += provisioning
+    if any(r.external for r in releases):
+        # Rehearsal: the server is not running (its chart is external) and no volume is provisioned, so
+        # the provider must not wait for the claim to bind or the Job to complete.
+        # Ref: pulumi-kubernetes provider/pkg/await (v1/PersistentVolumeClaim waits for Bound, batch/v1/Job for Complete).
+        objects = [_skip_await(o) if o["kind"] == "PersistentVolumeClaim" else o for o in objects]
+        job = _skip_await(job)
     tenant_objects = {t.name: (credentials_secret(config, tenant_identity(config, t), t.namespace_name,
                                                   {TENANT_LABEL: t.name, **LABELS}),)
                       for t in config.tenants}
     return Concern("object-store", objects=tuple(objects), releases=tuple(releases), tenant_objects=tenant_objects,
-                   generated=generated_values(config))
+                   after_releases=(job,), generated=generated_values(config))
+
+
+SKIP_AWAIT = "pulumi.com/skipAwait"
+
+
+def _skip_await(obj: Manifest) -> Manifest:
+    out = dict(obj)
+    out["metadata"] = {**obj["metadata"], "annotations": {**obj["metadata"].get("annotations", {}), SKIP_AWAIT: "true"}}
+    return out
 
 
 def generated_values(config: PlatformConfig) -> tuple[GeneratedValue, ...]:
