@@ -320,3 +320,19 @@ def test_the_job_waits_for_the_server_and_the_rehearsal_does_not_wait_for_pods()
     claim = by_id(local.objects)["PersistentVolumeClaim/object-store/seaweedfs-data"]
     assert claim["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
     assert local.after_releases[0]["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+
+
+def test_chart_secrets_regenerated_on_every_render_are_kept_as_first_created() -> None:
+    import pulumi
+
+    from trainyard.components.platform import keep_regenerated_secrets
+
+    (release,) = rendered("staging").concern("object-store").releases
+    assert release.regenerated_secrets == ("seaweedfs-sftp-secret",)
+    transform = keep_regenerated_secrets(release.regenerated_secrets)
+    kept = transform(pulumi.ResourceTransformArgs(True, "kubernetes:core/v1:Secret", "seaweedfs:object-store/x",
+                                                  {"metadata": {"name": "seaweedfs-sftp-secret"}}, pulumi.ResourceOptions()))
+    assert kept is not None and kept.opts.ignore_changes == ["data", "stringData"]
+    other = transform(pulumi.ResourceTransformArgs(True, "kubernetes:core/v1:Secret", "seaweedfs:object-store/y",
+                                                   {"metadata": {"name": "seaweedfs-s3-identities"}}, pulumi.ResourceOptions()))
+    assert other is None

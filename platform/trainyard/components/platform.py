@@ -105,6 +105,19 @@ def retain_chart_data(protect: bool) -> pulumi.ResourceTransform:
     return transform
 
 
+def keep_regenerated_secrets(names: tuple[str, ...]) -> pulumi.ResourceTransform:
+    """A transform for a chart's children: Secrets whose values the chart generates while rendering
+    are created once and then left alone, instead of changing on every preview."""
+    def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        metadata = args.props.get("metadata") if isinstance(args.props, dict) else None
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        if chart_child_kind(args.type_) != "Secret" or name not in names:
+            return None
+        opts = pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(ignore_changes=["data", "stringData"]))
+        return pulumi.ResourceTransformResult(args.props, opts)
+    return transform
+
+
 def _title(concern: str) -> str:
     return "".join(part.title() for part in concern.split("-"))
 
@@ -145,7 +158,8 @@ class ConcernGroup(pulumi.ComponentResource):
             values=release.values,
             skip_crds=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on,
-                                        transforms=[retain_chart_data(self._protect_chart_data)]),
+                                        transforms=[retain_chart_data(self._protect_chart_data),
+                                                    keep_regenerated_secrets(release.regenerated_secrets)]),
         )
 
 

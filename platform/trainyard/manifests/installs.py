@@ -30,6 +30,9 @@ class ChartRelease:
     repo: str | None = None
     values: dict[str, Any] = field(default_factory=dict)
     external: bool = False
+    # Secrets the chart fills with values it generates while rendering (randAlphaNum, genPrivateKey):
+    # every render differs, so Pulumi keeps the first ones (ignoreChanges on their data).
+    regenerated_secrets: tuple[str, ...] = ()
 
     def as_document(self) -> dict[str, Any]:
         """What ``trainyard render`` writes for a chart (it is not a Kubernetes object)."""
@@ -72,7 +75,11 @@ def namespaces(config: PlatformConfig) -> list[Manifest]:
 
 def controller_image(config: PlatformConfig, component: str) -> tuple[str, str, str]:
     """(registry, repository, tag) of a controller: upstream, or the same repository under the mirror."""
-    image = catalog.release(component, getattr(config.versions, component)).image
+    return mirrored(config, catalog.release(component, getattr(config.versions, component)).image)
+
+
+def mirrored(config: PlatformConfig, image: catalog.Image) -> tuple[str, str, str]:
+    """(registry, repository, tag) of an upstream image as the stack pulls it: as is, or under its mirror."""
     mirror = config.images.registry_mirror
     if mirror is None:
         return image.registry, image.repository, image.tag

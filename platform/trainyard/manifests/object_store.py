@@ -22,6 +22,7 @@ once, keeps it only as a Pulumi secret and substitutes it. Nothing in this modul
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from trainyard.config.model import PlatformConfig, Tenant
 from trainyard.config.object_store import MINIO_TENANT_NAME, PURPOSES, ObjectStore, Purpose, ServiceIdentity
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.generated import GeneratedValue
-from trainyard.manifests.installs import COMPONENT_LABEL, ChartRelease
+from trainyard.manifests.installs import COMPONENT_LABEL, ChartRelease, mirrored
 from trainyard.manifests.meta import NON_SECRET_KEYS, OBJECT_STORE_SECRET, TENANT_LABEL, Manifest, metadata
 from trainyard.manifests.network import NAMESPACE_NAME_LABEL
 
@@ -108,7 +109,8 @@ def endpoint_url(config: PlatformConfig) -> str:
         return f"http://{SEAWEEDFS_RELEASE}-all-in-one.{store.namespace}.svc:{catalog.SEAWEEDFS_S3_PORT}"
     if store.backend == "minio":
         # The operator's Service "minio" serves the S3 API on port 80 when the Tenant has no TLS
-        # (pkg/resources/services/service.go of minio/operator: MinIOServiceHTTPPort 80 -> 9000).
+        # (minio/operator pkg/resources/services/service.go NewClusterIPForMinIO: MinIOPortLoadBalancerSVC
+        # 80, target MinIOPort 9000; pkg/apis/minio.min.io/v2/constants.go).
         return f"http://minio.{store.namespace}.svc:80"
     assert store.external is not None
     return store.external.endpoint_url
@@ -339,13 +341,7 @@ def _admin_secret(store: ObjectStore) -> Manifest:
 
 
 def _image(config: PlatformConfig, component: str) -> tuple[str, str, str]:
-    """(registry, repository, tag): upstream, or the same repository under the stack's mirror."""
-    image = catalog.release(component, _version(config, component)).image
-    mirror = config.images.registry_mirror
-    if mirror is None:
-        return image.registry, image.repository, image.tag
-    host, _, path = mirror.rstrip("/").partition("/")
-    return host, f"{path}/{image.repository}" if path else image.repository, image.tag
+    return mirrored(config, catalog.release(component, _version(config, component)).image)
 
 
 def _version(config: PlatformConfig, component: str) -> str:
@@ -399,7 +395,10 @@ def seaweedfs_objects(config: PlatformConfig) -> tuple[list[Manifest], list[Char
                                          "capabilities": {"drop": ["ALL"]}},
         },
     }
-    release = _chart(config, "seaweedfs", SEAWEEDFS_RELEASE, store.namespace, values)
+    # The chart renders seaweedfs-sftp-secret whenever allInOne is on (templates/sftp/sftp-secret.yaml),
+    # with passwords and an SSH host key generated at render time; SFTP stays off and the Secret unused.
+    release = dataclasses.replace(_chart(config, "seaweedfs", SEAWEEDFS_RELEASE, store.namespace, values),
+                                  regenerated_secrets=(f"{SEAWEEDFS_RELEASE}-sftp-secret",))
     return [claim, identities_secret, _admin_secret(store)], [release]
 
 
