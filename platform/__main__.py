@@ -18,6 +18,8 @@ if str(HERE) not in sys.path:
 from trainyard.components import Platform  # noqa: E402
 from trainyard.config import ConfigError, validate_platform  # noqa: E402
 from trainyard.manifests import RenderError  # noqa: E402
+from trainyard.project import check_multikueue_peers  # noqa: E402
+from trainyard.supply.gate import UnlockedImages, refuse_unlocked  # noqa: E402
 
 ROOT = HERE.parent
 stack = pulumi.get_stack()
@@ -25,11 +27,16 @@ stack_file = ROOT / "stacks" / f"Pulumi.{stack}.yaml"
 
 try:
     config = validate_platform(pulumi.Config("trainyard").require_object("platform"), str(stack_file.relative_to(ROOT)))
+    check_multikueue_peers(config, stack_file)
+    # A stack that protects data deploys only digests its mirror reported (images.lock.yaml).
+    refuse_unlocked(stack, config, ROOT, stack_file.parent)
     platform = Platform("trainyard", config, root=ROOT, stack_dir=stack_file.parent)
 except ConfigError as exc:
     raise pulumi.RunError(f"invalid stack configuration:\n{exc}") from None
 except RenderError as exc:
     raise pulumi.RunError(f"cannot render the platform: {exc}") from None
+except UnlockedImages as exc:
+    raise pulumi.RunError(str(exc)) from None
 
 pulumi.export("environment", config.environment)
 pulumi.export("tenants", [t.name for t in config.tenants])

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build Trainyard's local platform tools from pinned Go wrapper modules.
 #
-#   tools/build.sh [all|etcd|kube-apiserver|pulumi|pulumi-kubernetes|seaweedfs]...
+#   tools/build.sh [all|TOOL]...   TOOL: one of ALL_TOOLS below (--list prints them)
 #   tools/build.sh --check     exit 0 iff every binary is present and current
 #   tools/build.sh --list      print the tools and binaries
 #
@@ -28,13 +28,15 @@ fi
 export GOTOOLCHAIN=local
 export CGO_ENABLED="${CGO_ENABLED:-0}"
 
-ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes seaweedfs)
+ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane seaweedfs)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
 K8S_VERSION=v1.36.3
 PULUMI_VERSION=v3.274.1
 PULUMI_K8S_VERSION=4.25.0   # release the provider/v4 pseudo-version went into (docs/tools.md)
+HELM_VERSION=v3.22.0
+CRANE_VERSION=v0.22.1       # github.com/google/go-containerregistry (tools/crane/go.mod)
 # SeaweedFS is built inside its own module (from the module zip): its go.mod has a replace
 # directive that a wrapper module would not inherit. The proxy lists exactly this pseudo-version
 # (weed/util/version/constants.go of that commit says 4.53).
@@ -57,6 +59,8 @@ tool_bins() {
       echo "pulumi-language-python ./cmd/pulumi-language-python"
       ;;
     pulumi-kubernetes) echo "pulumi-resource-kubernetes ./cmd/pulumi-resource-kubernetes" ;;
+    helm) echo "helm helm.sh/helm/v3/cmd/helm" ;;
+    crane) echo "crane github.com/google/go-containerregistry/cmd/crane" ;;
     seaweedfs) echo "weed ./weed" ;;
     *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]})" >&2; return 2 ;;
   esac
@@ -82,6 +86,24 @@ tool_ldflags() {
     pulumi) x=" -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" ;;
     pulumi-kubernetes)
       x=" -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$PULUMI_K8S_VERSION" ;;
+    helm)
+      # The same -X flags as helm's Makefile (v3.22.0): the version, a clean
+      # tree, and the Kubernetes version `helm template` reports as
+      # .Capabilities.KubeVersion by default, which the Makefile derives from
+      # the client-go it builds with (v0.37.0 -> 1.37). Without them helm says
+      # "v3.22" and renders against Kubernetes v1.20.0. No git commit: the
+      # module zip carries none (like etcd's "Git SHA: Not provided").
+      local cg major minor
+      cg="$(awk '$1 == "k8s.io/client-go" {print $2}' "$(tool_mod_dir helm)/go.mod")"
+      cg="${cg#v}"; major=$(( ${cg%%.*} + 1 )); minor="${cg#*.}"; minor="${minor%%.*}"
+      x=" -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+      x+=" -X helm.sh/helm/v3/internal/version.metadata= -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+      for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+        x+=" -X $p.k8sVersionMajor=$major -X $p.k8sVersionMinor=$minor"
+      done
+      ;;
+    # `crane version` reads this variable (cmd/crane/cmd/version.go); without it it prints "(devel)".
+    crane) x=" -X github.com/google/go-containerregistry/cmd/crane/cmd.Version=$CRANE_VERSION" ;;
     seaweedfs) x=" -X $SEAWEEDFS_MODULE/weed/util/version.COMMIT=$SEAWEEDFS_VERSION" ;;
   esac
   echo "-s -w$x"

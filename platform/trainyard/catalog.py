@@ -29,6 +29,16 @@ class ChartRef:
     chart: str
     repo: str | None = None
 
+    @property
+    def name(self) -> str:
+        """The chart's name (``Chart.yaml`` ``name``): the last segment of an OCI reference."""
+        return chart_name(self.chart)
+
+    @property
+    def mirror_dir(self) -> str:
+        """The chart's directory in a chart mirror laid out like ../shared/charts."""
+        return chart_mirror_dir(self.name)
+
 
 @dataclass(frozen=True)
 class Image:
@@ -74,6 +84,12 @@ _KUEUE_CRDS = tuple(
         ("workloads", "fc1fd767332d555e72b6330017309d7d9f8ff79d"),
     )
 )
+
+# The Kueue CRDs whose v1beta1 and v1beta2 schemas differ, so the API server converts between
+# them through Kueue's conversion webhook. Upstream adds ``spec.conversion`` to exactly these
+# in its kustomize config and its chart; the base CRD files have none.
+# Ref: kueue v0.19.2 charts/kueue/templates/crd/*.yaml (spec.conversion.strategy: Webhook).
+KUEUE_CONVERTED_CRDS = ("clusterqueues", "cohorts", "localqueues", "multikueueclusters", "workloads")
 
 _TRAINER_CRDS = tuple(
     CrdFile(f"trainer.kubeflow.org_{plural}.yaml", f"manifests/base/crds/trainer.kubeflow.org_{plural}.yaml", sha)
@@ -179,6 +195,53 @@ RELEASES: dict[tuple[str, str], Release] = {
 MIRROR_DIRS: dict[str, str] = {"kueue": "kueue", "jobset": "jobset", "trainer": "kubeflow-trainer",
                                "minio": "minio-operator"}
 
+# A chart mirror (../shared/charts, TRAINYARD_CHARTS_DIR) holds each chart as
+# <dir>/<chart version>/, where <dir> is the chart's name except for these names, too generic
+# to stand alone. Ref: ../shared/charts/SOURCES.md ("Directory layout").
+CHART_MIRROR_DIRS: dict[str, str] = {
+    "operator": "minio-operator",
+    "tenant": "minio-tenant",
+    "common": "bitnami-common",
+    "cluster": "cnpg-grafana-dashboard-cluster",
+}
+
+
+# The listing hash of each chart directory in the mirror: sha256 over ``sha256sum`` of every file,
+# sorted by path (C locale), paths relative to the mirror; a drifted or edited copy is an error.
+# ``cd <mirror> && find <dir>/<version> -type f | LC_ALL=C sort | xargs sha256sum | sha256sum``.
+# Ref: ../shared/charts/SOURCES.md (table "Charts", column "listing sha256"; which copies differ
+# from upstream git and why).
+CHART_LISTINGS: dict[str, str] = {
+    "kueue/0.19.2": "c43fafe97656bd1f51d8fa9a6500047e899f9b3addf6fa732cde8949e9692429",
+    "jobset/0.12.0": "13ffec1276425b5c26869a547721e547512680810578d79537d9378fb8c287d6",
+    "kubeflow-trainer/2.3.0": "3478527d69eebadcf1697dcf1c3fd5e161d4e590076e45f3bcf00b4c08acc73d",
+    "lws/v0.8.0": "629affda2ff2c269a09a8e462dd82996f9b15d4cfa23f4f8d64b54e8ddec2d4e",
+    "gpu-operator/v26.7.0": "1125f95db47159ed964c70a038a7c6a66fc29b1b4efa8f2a640a729a14872781",
+    "kserve-crd/v0.20.0": "1495feaed78db9ea7a8d7ba48f8f9b328399e1db1200051a09aeab085e0a2fe7",
+    "kserve-resources/v0.20.0": "b745f4609c1228896e726705e7ce4932a184158ec7c87b6572b08db97a529f91",
+    "kserve-runtime-configs/v0.20.0": "4a4e948bd1402ac93674a632facdcf44a75482a95a7beabae74eda0089343072",
+    "cert-manager/v1.21.1": "d521e848616892bbd2bb3328fe7b7b92c2247cecbe3345ce96dba351d4496a44",
+    "mlflow/1.11.5": "99c675caffc1d878b22e415aeaeaae3fcc761876f8e9b8ae1b6490835744d3dd",
+    "mysql/14.0.3": "8e3d8eb25f829347737d4db3f79ec9017aa6ca373c3c6c5b5cf3ca30bdb4c736",
+    "bitnami-common/2.31.4": "45535380389a45e48eaa5f0da39939819b015a3e5474941c549344765b9598d4",
+    "minio/5.4.0": "a9e0a619d6c6366ab4df869074bd2edf20b925567f6727f286c272c7e1cb1e89",
+    "cloudnative-pg/0.29.0": "e08d11161966a14eac0e972d2ba4dd8d05e47832fd58af2834ebd73f826a388e",
+    "cnpg-grafana-dashboard-cluster/0.0.5": "435c5e558d877807aad4a005f12226119bd18907d7d57a05691f64564117ea4e",
+    "minio-operator/7.1.1": "1c6cdefb72c1c3853fe3251408bb460b457d20fa4cb75c141ec48631ebb5eac4",
+    "minio-tenant/7.1.1": "7a7d6b19c2cd322311f11daa04fb69f34e0f2248f3dbc504ca058b085adbc370",
+    "seaweedfs/4.44.0": "5112eb39f24eb0e40567f7133404ab2bc8c0ae6e29909c2694950acf551a2d9b",
+}
+
+
+def chart_name(reference: str) -> str:
+    """``oci://registry.k8s.io/kueue/charts/kueue`` -> ``kueue``; a plain name stays as it is."""
+    return reference.rstrip("/").rsplit("/", 1)[-1]
+
+
+def chart_mirror_dir(name: str) -> str:
+    return CHART_MIRROR_DIRS.get(name, name)
+
+
 DEFAULT_VERSIONS: dict[str, str] = {"kueue": "0.19.2", "jobset": "0.12.0", "trainer": "2.3.0", "seaweedfs": "4.44.0",
                                     "minio": "7.1.1"}
 
@@ -197,6 +260,9 @@ KUEUE_API = "kueue.x-k8s.io/v1beta2"
 KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+
+# Helm, built from Go modules by tools/build.sh, renders the charts in tests/charts.
+HELM_VERSION = "v3.22.0"
 
 # The Kubernetes version whose OpenAPI schemas the conformance gate validates against.
 KUBERNETES_VERSION = "1.36.0"

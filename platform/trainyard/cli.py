@@ -132,7 +132,7 @@ def _load_extensions() -> None:
     """Import the modules that register extra subcommands (kept optional so each can land alone)."""
     import importlib
 
-    for module in ("trainyard.policy.cli", "trainyard.review.cli"):
+    for module in ("trainyard.policy.cli", "trainyard.review.cli", "trainyard.review.chart_truth", "trainyard.supply.cli"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:

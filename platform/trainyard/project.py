@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.config import PlatformConfig, load_stack, stack_path
-from trainyard.config.load import project_root
+from trainyard.config.load import ConfigError, project_root
+from trainyard.config.multikueue import check_workers
 from trainyard.manifests import RenderedPlatform, render_platform
 
 
@@ -26,5 +27,13 @@ def open_stack(stack: str, root: Path | None = None) -> Stack:
     base = root if root is not None else project_root()
     path = stack_path(stack, base)
     config = load_stack(path)
+    check_multikueue_peers(config, path)
     name = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
     return Stack(name=name, path=path, root=base, config=config)
+
+
+def check_multikueue_peers(config: PlatformConfig, path: Path) -> None:
+    """A MultiKueue manager's worker stacks must carry the same tenant queues; raises ConfigError."""
+    problems = check_workers(config, path)
+    if problems:
+        raise ConfigError(str(path), problems)

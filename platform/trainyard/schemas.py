@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -52,6 +53,8 @@ def strict_crd_schema(schema: dict[str, Any]) -> dict[str, Any]:
             out.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
         if out.pop("nullable", False) and "type" in out:
             out["type"] = [out["type"], "null"]
+        if isinstance(out.get("pattern"), str):
+            out["pattern"] = _python_pattern(out["pattern"])
         preserve = out.pop("x-kubernetes-preserve-unknown-fields", False)
         for key in list(out):
             if key.startswith("x-kubernetes-"):
@@ -65,6 +68,13 @@ def strict_crd_schema(schema: dict[str, Any]) -> dict[str, Any]:
     strict.setdefault("properties", {})["metadata"] = {"$ref": "#/$defs/ObjectMeta"}
     strict["$defs"] = {"ObjectMeta": _object_meta_schema()}
     return strict
+
+
+def _python_pattern(pattern: str) -> str:
+    """A CRD pattern (Go RE2) that Python's re accepts: RE2 allows an inline flag group after ``^``
+    (Kueue's AdmissionCheck ``parameters.kind`` is ``^(?i)[a-z]...``); Python wants global flags first."""
+    match = re.match(r"^\^(\(\?[a-zA-Z]+\))", pattern)
+    return f"{match.group(1)}^{pattern[match.end():]}" if match else pattern
 
 
 def _object_meta_schema() -> dict[str, Any]:
@@ -88,16 +98,22 @@ class Validator:
     def __init__(self, crd_dir: Path, kubernetes_version: str = catalog.KUBERNETES_VERSION) -> None:
         self.kubernetes_version = kubernetes_version
         self._crd_schemas: dict[tuple[str, str], dict[str, Any]] = {}
+        self._validators: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
         for path in sorted(crd_dir.rglob("*.yaml")):
             crd = yaml.load(path.read_bytes(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
-            if not isinstance(crd, dict) or crd.get("kind") != "CustomResourceDefinition":
-                continue
-            group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
-            for version in crd["spec"]["versions"]:
-                schema = version.get("schema", {}).get("openAPIV3Schema")
-                if schema:
-                    self._crd_schemas[(f"{group}/{version['name']}", kind)] = schema
-        self._validators: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
+            if isinstance(crd, dict) and crd.get("kind") == "CustomResourceDefinition":
+                self.add_crd(crd)
+
+    def add_crd(self, crd: Manifest) -> None:
+        """Validate custom resources of ``crd`` too (a chart's own CRDs, for the objects that chart renders)."""
+        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+        for version in crd["spec"]["versions"]:
+            schema = version.get("schema", {}).get("openAPIV3Schema")
+            if schema:
+                key = (f"{group}/{version['name']}", kind)
+                if self._crd_schemas.get(key) != schema:
+                    self._crd_schemas[key] = schema
+                    self._validators.pop(key, None)
 
     def knows(self, api_version: str, kind: str) -> bool:
         if (api_version, kind) in self._crd_schemas:
@@ -147,14 +163,22 @@ def _definitions(version: str) -> dict[str, Any]:
     return result
 
 
-def _builtin_validator(version: str, api_version: str, kind: str) -> jsonschema.protocols.Validator:
+@lru_cache(maxsize=4)
+def _definitions_registry(version: str) -> Any:
+    """The shared definitions, crawled once: an uncrawled registry is crawled again on every ``$ref`` lookup."""
     from referencing import Registry, Resource
 
-    path = _builtin_schema_path(version, api_version, kind)
-    schema = json.loads(path.read_text())
     definitions = Resource.from_contents(_definitions(version))
     registry: Registry[Any] = Registry().with_resources(
         [("file://_definitions.json", definitions), ("_definitions.json", definitions)]
     )
-    registry = Resource.from_contents(schema) @ registry
+    return registry.crawl()
+
+
+def _builtin_validator(version: str, api_version: str, kind: str) -> jsonschema.protocols.Validator:
+    from referencing import Resource
+
+    path = _builtin_schema_path(version, api_version, kind)
+    schema = json.loads(path.read_text())
+    registry = (Resource.from_contents(schema) @ _definitions_registry(version)).crawl()
     return jsonschema.Draft202012Validator(schema, registry=registry)

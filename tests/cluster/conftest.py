@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,11 +38,12 @@ TRAINYARD = Path(sys.executable).parent / "trainyard"
 QUOTA_SYNC_PERIOD = "15s"
 
 
-def tools_problem() -> str | None:
-    """Why the cluster tier cannot run here, or None."""
+def tools_problem(*tools: str) -> str | None:
+    """Why the cluster tier (or a test needing only ``tools``, e.g. "etcd", "kube-apiserver") cannot run here, or None."""
     if CRDS_DIR is None:
         return "upstream CRD mirror not found: set TRAINYARD_CRDS_DIR (default ../shared/crds)"
-    check = subprocess.run([str(ROOT / "tools" / "build.sh"), "--check"], capture_output=True, text=True, check=False)
+    check = subprocess.run([str(ROOT / "tools" / "build.sh"), "--check", *tools], capture_output=True, text=True,
+                           check=False)
     if check.returncode != 0:
         missing = ", ".join(line.split(": ", 1)[-1] for line in check.stderr.splitlines() if line.startswith("stale"))
         return f"platform tools not built ({missing or check.stderr.strip()}): run `make tools` (tools/build.sh, ~27 min cold)"
@@ -89,12 +91,9 @@ class Cluster:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
 
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    problem = tools_problem()
-    if problem is not None:
-        pytest.skip(problem)
-    state_dir = tmp_path_factory.mktemp("cluster")
+@contextmanager
+def private_cluster(state_dir: Path, with_fake_nodes: bool = True) -> Iterator[Cluster]:
+    """A control plane of our own (state in ``state_dir``, free ports), stopped and purged afterwards."""
     env = {**os.environ, "TRAINYARD_CLUSTER_DIR": str(state_dir), "TRAINYARD_TOOLS_DIR": str(TOOLS_DIR),
            "TRAINYARD_CRDS_DIR": str(CRDS_DIR)}
     env.update(zip(PORT_VARS, map(str, free_ports(len(PORT_VARS))), strict=True))
@@ -102,11 +101,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # after it has discovered their CRD, and recounts a quota it synced before that only every
     # sync period (5m by default): short here, so admission tests need not wait minutes.
     env["TRAINYARD_QUOTA_SYNC_PERIOD"] = QUOTA_SYNC_PERIOD
-    nodes = state_dir / "fake-nodes.yaml"
-    nodes.write_text(subprocess.run([str(TRAINYARD), "fake-nodes", "local"], capture_output=True, text=True,
-                                    cwd=ROOT, env=env, check=True).stdout)
-    up = subprocess.run([str(CLUSTER_SH), "up", "--nodes", str(nodes)], capture_output=True, text=True, env=env,
-                        timeout=300, check=False)
+    args = [str(CLUSTER_SH), "up"]
+    if with_fake_nodes:
+        nodes = state_dir / "fake-nodes.yaml"
+        nodes.write_text(subprocess.run([str(TRAINYARD), "fake-nodes", "local"], capture_output=True, text=True,
+                                        cwd=ROOT, env=env, check=True).stdout)
+        args += ["--nodes", str(nodes)]
+    up = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300, check=False)
     try:
         if up.returncode != 0:
             raise AssertionError(f"tools/cluster.sh up failed ({up.returncode}):\n{up.stderr}")
@@ -114,3 +115,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     finally:
         subprocess.run([str(CLUSTER_SH), "down", "--purge"], capture_output=True, text=True, env=env, timeout=120,
                        check=False)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    problem = tools_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    with private_cluster(tmp_path_factory.mktemp("cluster")) as running:
+        yield running

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 
 from tests.conftest import needs_crds, rendered, stack
 from tests.policy.cases import GOOD_IMAGE, GPU, TENANT_NS, container, pod, trainjob, with_change
+from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, TENANT_LABEL
 from trainyard.policy import RULE_IDS, RULES_BY_ID, Context
 from trainyard.policy.engine import run_rules
@@ -118,12 +120,23 @@ CASES: dict[str, Case] = {
         [trainjob(initializer={"dataset": {"storageUri": "s3://b/d", "env": [{"name": "S3_KEY",
                                                                                 "value": "AKIAIOSFODNN7EXAMPLE"}]}})],
         [trainjob(initializer={"dataset": {"storageUri": "s3://b/d"}})]),
+    "images-in-bom": lambda objs: ([*objs, _deployment("quay.io/someone/exporter:v1")], objs),
+    "chart-images-known": lambda objs: (objs, objs),  # the releases differ, see _context
 }
 
 
 def _identities_file(identity: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ids", "namespace": "object-store"},
             "stringData": {"seaweedfs_s3_config": json.dumps({"identities": [identity]})}}
+
+
+def _deployment(image: str) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "exporter", "namespace": "kueue-system"},
+            "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": {
+                "metadata": {"labels": {"app": "x"}}, "spec": {"containers": [container(image=image)]}}}}
+
+
+UNRENDERED_CHART = ChartRelease("exporter", "exporter", "oci://example.com/charts/exporter", "1.0.0", "monitoring")
 
 
 def _context(rule_id: str, flagged: bool) -> Context:
@@ -134,6 +147,10 @@ def _context(rule_id: str, flagged: bool) -> Context:
         admission = config.security.admission.model_copy(update={"training_runtime_tenants": ("no-such-team",)})
         security = config.security.model_copy(update={"admission": admission})
         return Context(config.model_copy(update={"security": security}))
+    if rule_id == "images-in-bom":
+        return Context(config, protection=lambda _: True, releases=rendered("prod").releases)
+    if rule_id == "chart-images-known":
+        return Context(config, releases=rendered("prod").releases + ((UNRENDERED_CHART,) if flagged else ()))
     return Context(config)
 
 
@@ -193,3 +210,25 @@ def test_image_rules_cover_every_container_list_of_a_runtime() -> None:
     found = run_rules([RULES_BY_ID["image-approved-registry"]], [runtime], Context(stack("prod").config))
     assert [f.message.split(":")[0] for f in found] == [
         "spec.template.spec.replicatedJobs[0].template.spec.template.spec.initContainers[0].image"]
+
+
+@needs_crds
+def test_images_in_bom_flags_a_chart_that_renders_another_image_than_trainyard_set() -> None:
+    # The JobSet chart composes "<image.repository>:<image.tag>" and ignores an image.registry value:
+    # values written for a chart with a registry key would pull "jobset/jobset" from Docker Hub.
+    platform = rendered("prod")
+    jobset = next(r for r in platform.releases if r.name == "jobset")
+    broken = dataclasses.replace(jobset, values={"image": {"registry": "registry.trainyard.internal",
+                                                           "repository": "mirror/jobset/jobset", "tag": "v0.12.0"}})
+    releases = tuple(broken if r.name == "jobset" else r for r in platform.releases)
+    ctx = Context(stack("prod").config, protection=lambda _: True, releases=releases)
+    findings = run_rules([RULES_BY_ID["images-in-bom"]], list(platform.all_objects), ctx)
+    assert [f.message for f in findings] == [
+        "chart jobset (oci://registry.k8s.io/jobset/charts/jobset 0.12.0) renders image 'mirror/jobset/jobset:v0.12.0', "
+        "which is not in the bill of materials"]
+
+
+@needs_crds
+def test_images_in_bom_ignores_manifests_the_stack_does_not_declare() -> None:
+    ctx = Context(stack("prod").config, releases=rendered("prod").releases)  # protection None: not declared
+    assert run_rules([RULES_BY_ID["images-in-bom"]], [_deployment("quay.io/someone/exporter:v1")], ctx) == []

@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import runpy
-from dataclasses import dataclass, field
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -22,6 +24,7 @@ from tests.conftest import ROOT, rendered
 from trainyard.components.kubernetes_object import KubernetesObject, type_token
 from trainyard.manifests.generated import names_in, substitute
 from trainyard.manifests.lifecycle import holds_data
+from trainyard.supply.lock import ImageLock, load_lock
 
 DYNAMIC = "pulumi-python:dynamic:Resource"
 # How a secret travels to the engine (and to mocks): {SIG: SECRET_SIG, "value": ...}.
@@ -66,7 +69,21 @@ class Mocks(pulumi.runtime.Mocks):
         return {}, None
 
 
-def run_program(stack: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Registered, dict[str, dict[str, Any]]]:
+def registry_filled_lock(directory: Path) -> Path:
+    """The committed lock as `trainyard images lock` leaves it after the mirror confirmed every digest.
+
+    Same digests, so the render is unchanged; only the source says a registry reported them.
+    The program refuses placeholders on stacks that protect data (test below).
+    """
+    lock = load_lock(ROOT / "images.lock.yaml")
+    filled = ImageLock({key: replace(entry, source="registry") for key, entry in lock.entries.items()})
+    path = directory / "images.lock.yaml"
+    path.write_text(filled.dump())
+    return path
+
+
+def run_program(stack: str, monkeypatch: pytest.MonkeyPatch,
+                lock: str = "registry-filled") -> tuple[Registered, dict[str, dict[str, Any]]]:
     registered = Registered()
     options: dict[str, dict[str, Any]] = {}
     original = KubernetesObject.__init__
@@ -80,6 +97,9 @@ def run_program(stack: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Registered
 
     monkeypatch.setattr(KubernetesObject, "__init__", recording_init)
     platform_config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]["trainyard:platform"]
+    if lock == "registry-filled":
+        lock_dir = Path(tempfile.mkdtemp(prefix="trainyard-lock-"))
+        platform_config.setdefault("images", {})["lock_file"] = str(registry_filled_lock(lock_dir))
     pulumi.runtime.set_mocks(Mocks(registered), project="trainyard", stack=stack, preview=False)
     pulumi.runtime.set_all_config({"trainyard:platform": json.dumps(platform_config)})
 
@@ -167,3 +187,53 @@ def test_data_holding_resources_are_retained_and_protected_as_the_stack_says(
         if not holds_data(obj):
             assert {k: v for k, v in options[manifest_key(obj)].items() if k != "secret_fields"} == {
                 "protect": False, "retain_on_delete": False}
+
+
+def test_every_chart_is_declared_with_crds_skipped_and_trainyards_post_renderer(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 13: skipCrds does not reach CRDs a chart renders as templates (Kueue); the
+    # post-renderer drops them, so the Crds group's CRDs are the only ones applied.
+    from trainyard import post_render
+
+    rendered("prod")
+    prod, _ = run_program("prod", monkeypatch)
+    command, args = post_render.command()
+    charts = [r for r in prod.resources if r.typ == "kubernetes:helm.sh/v4:Chart"]
+    assert charts
+    for chart in charts:
+        assert chart.inputs["skipCrds"] is True, chart.name
+        assert chart.inputs["postRenderer"] == {"command": command, "args": args}, chart.name
+
+
+def test_the_registered_post_renderer_leaves_no_crd_in_any_chart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs helm with exactly the registered Chart inputs (chart, version, values, post-renderer)."""
+    from tests.charts.conftest import CHARTS_DIR, HELM, MISSING
+    from trainyard import charts
+
+    if MISSING is not None:
+        pytest.skip(MISSING)
+    assert CHARTS_DIR is not None and HELM is not None
+    platform = rendered("prod")
+    prod, _ = run_program("prod", monkeypatch)
+    renderer = charts.ChartRenderer(CHARTS_DIR, HELM)
+    try:
+        for chart in (r for r in prod.resources if r.typ == "kubernetes:helm.sh/v4:Chart"):
+            (release,) = [r for r in platform.releases if r.name == chart.name and r.version == chart.inputs["version"]]
+            assert chart.inputs["values"] == json.loads(json.dumps(release.values))
+            raw = charts.parse_manifests(renderer.render_text(release, chart.inputs["values"]))
+            registered = (chart.inputs["postRenderer"]["command"], chart.inputs["postRenderer"]["args"])
+            installed = charts.parse_manifests(renderer.render_text(release, chart.inputs["values"], post_renderer=registered))
+            assert [o["kind"] for o in installed].count("CustomResourceDefinition") == 0, chart.name
+            assert installed == [o for o in raw if o["kind"] != "CustomResourceDefinition"], chart.name
+    finally:
+        renderer.close()
+def test_prod_refuses_placeholder_digests_and_declares_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    rendered("prod")
+    with pytest.raises(Exception, match=r"protects data and refuses images whose digest no registry reported") as caught:
+        run_program("prod", monkeypatch, lock="committed")
+    assert "registry.trainyard.internal/mirror/kueue/kueue:v0.19.2 has a placeholder digest" in str(caught.value)
+
+
+def test_local_deploys_with_placeholder_digests(monkeypatch: pytest.MonkeyPatch) -> None:
+    rendered("local")
+    registered, _ = run_program("local", monkeypatch, lock="committed")
+    assert any(r.typ.endswith(":ClusterTrainingRuntime") for r in registered.resources)

@@ -86,12 +86,13 @@ def demo_stack(nodes: int = 2, tenants: tuple[tuple[str, int], ...] = (("team-a"
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """A git repository with a Trainyard project: one demo stack and one runtime, committed."""
+    """A git repository with a Trainyard project: one demo stack, one runtime and the image lock, committed."""
     root = tmp_path / "repo"
     (root / "stacks").mkdir(parents=True)
     (root / "runtimes").mkdir()
     shutil.copy(ROOT / "Pulumi.yaml", root / "Pulumi.yaml")
     shutil.copy(ROOT / "runtimes" / "torch-distributed.yaml", root / "runtimes" / "torch-distributed.yaml")
+    shutil.copy(ROOT / "images.lock.yaml", root / "images.lock.yaml")  # runtimes name images by tag; the lock pins them
     (root / "stacks" / "Pulumi.demo.yaml").write_text(demo_stack())
     git(root, "init", "--quiet")
     git(root, "add", ".")

@@ -30,9 +30,10 @@ def test_base_revision_is_rendered_from_the_revision_and_compared_with_the_work_
     assert len(worktrees(project)) == 1
 
 
-def test_runtimes_come_from_the_revision_too(project: Path) -> None:
-    runtime = project / "runtimes" / "torch-distributed.yaml"
-    runtime.write_text(runtime.read_text().replace("631af2fb862da93d", "0000000000000000"))
+def test_runtime_digests_come_from_the_revision_too(project: Path) -> None:
+    # Runtimes name images by tag; a digest moves in the image lock, and the review shows it on the runtime.
+    lock = project / "images.lock.yaml"
+    lock.write_text(lock.read_text().replace("631af2fb862da93d", "0000000000000000"))
     review = review_against_revision("demo", "HEAD", project)
     assert review.highlights == ("runtime `torch-distributed` image digest changed "
                                  "(`node`: `sha256:631af2fb862d` -> `sha256:000000000000`)",)

@@ -103,18 +103,24 @@ def test_a_tenant_without_cohort_gets_no_borrowing_preemption() -> None:
     assert "borrowWithinCohort" not in spec["preemption"]
 
 
-def test_controller_images_come_from_the_mirror_with_pinned_tags() -> None:
-    from trainyard.manifests import installs
+def test_controller_images_come_from_the_mirror_pinned_by_the_lock() -> None:
+    from trainyard.manifests import image_lock, installs
+    from trainyard.supply.lock import ImageLock
 
-    releases = {r.name: r for r in installs.releases(stack("prod").config)}
+    prod = stack("prod")
+    lock = image_lock(prod.config, prod.root)
+    digest = lock.entries["registry.trainyard.internal/mirror/jobset/jobset:v0.12.0"].digest
+    releases = {r.name: r for r in installs.releases(prod.config, lock)}
+    # The JobSet chart composes "<repository>:<tag>" and has no registry value.
     assert releases["jobset"].values["image"] == {
-        "registry": "registry.trainyard.internal", "repository": "mirror/jobset/jobset", "tag": "v0.12.0",
+        "repository": "registry.trainyard.internal/mirror/jobset/jobset", "tag": f"v0.12.0@{digest}",
         "pullPolicy": "IfNotPresent"}
     assert releases["kueue"].values["controllerManager"]["manager"]["image"]["repository"] == (
         "registry.trainyard.internal/mirror/kueue/kueue")
-    assert releases["trainer"].values["image"]["tag"] == "v2.3.0"
-    upstream = {r.name: r for r in installs.releases(stack("local").config)}
-    assert upstream["kueue"].values["controllerManager"]["manager"]["image"]["repository"] == "registry.k8s.io/kueue/kueue"
+    assert releases["trainer"].values["image"]["tag"].startswith("v2.3.0@sha256:")
+    upstream = {r.name: r for r in installs.releases(stack("local").config, ImageLock())}
+    assert upstream["kueue"].values["controllerManager"]["manager"]["image"] == {
+        "repository": "registry.k8s.io/kueue/kueue", "tag": "v0.19.2", "pullPolicy": "IfNotPresent"}
 
 
 def test_fake_nodes_carry_pool_labels_topology_gpu_capacity_and_are_ready() -> None:
@@ -131,3 +137,15 @@ def test_fake_nodes_carry_pool_labels_topology_gpu_capacity_and_are_ready() -> N
     assert node["status"]["conditions"][0] == {"type": "Ready", "status": "True", "reason": "KubeletReady",
                                                "message": "fake node of the Trainyard rehearsal"}
     assert node["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+
+
+def test_kueue_crds_carry_the_conversion_webhook_only_where_kueue_is_installed() -> None:
+    from trainyard import catalog
+
+    converted = {f"{plural}.kueue.x-k8s.io" for plural in catalog.KUEUE_CONVERTED_CRDS}
+    prod = {c["metadata"]["name"]: c for c in rendered("prod").crds if c["spec"]["group"] == "kueue.x-k8s.io"}
+    assert {n for n, c in prod.items() if "conversion" in c["spec"]} == converted
+    assert prod["workloads.kueue.x-k8s.io"]["spec"]["conversion"]["webhook"]["clientConfig"]["service"] == {
+        "name": "kueue-webhook-service", "namespace": "kueue-system", "path": "/convert"}
+    # The rehearsal marks Kueue external: nothing serves the webhook, so the CRDs stay as upstream's files.
+    assert not any("conversion" in c["spec"] for c in rendered("local").crds)

@@ -9,6 +9,8 @@ import pytest
 from tests.conftest import ROOT, rendered, stack
 from trainyard.manifests import runtimes, tenants
 from trainyard.manifests.runtimes import RuntimeFileError
+from trainyard.supply.lock import ImageLock, LockEntry
+from trainyard.supply.reference import ImageRef
 
 
 def test_tenant_namespace_enforces_psa_restricted_and_is_labelled() -> None:
@@ -68,14 +70,22 @@ def test_runtime_from_unapproved_registry_is_refused(tmp_path: Path) -> None:
         runtimes.load_runtime(bad, config)
 
 
-def test_runtime_image_without_digest_is_refused(tmp_path: Path) -> None:
+def test_runtime_image_without_digest_or_lock_entry_is_refused(tmp_path: Path) -> None:
     config = stack("local").config
     source = (ROOT / "runtimes" / "torch-distributed.yaml").read_text()
     bad = tmp_path / "torch-distributed.yaml"
-    digest = source.split("@sha256:")[1].split("\n")[0]
-    bad.write_text(source.replace(f"@sha256:{digest}", ":latest"))
-    with pytest.raises(RuntimeFileError, match="not pinned by digest"):
-        runtimes.load_runtime(bad, config)
+    bad.write_text(source.replace(":2.10.0-cuda12.8-cudnn9-runtime", ":latest"))
+    with pytest.raises(RuntimeFileError, match="not pinned by digest: no @sha256: in the file and no entry in the image lock"):
+        runtimes.load_runtime(bad, config, ImageLock())
+
+
+def test_runtime_images_are_named_by_tag_and_pinned_by_the_lock() -> None:
+    config = stack("prod").config
+    lock = ImageLock().with_entry(ImageRef.parse("registry.trainyard.internal/pytorch/pytorch:2.10.0-cuda12.8-cudnn9-runtime"),
+                                  LockEntry("sha256:" + "ab" * 32, "registry"))
+    runtime = runtimes.load_runtime(ROOT / "runtimes" / "torch-distributed.yaml", config, lock)
+    image = runtimes.containers_of(runtime)[0][1]["image"]
+    assert image == f"registry.trainyard.internal/pytorch/pytorch:2.10.0-cuda12.8-cudnn9-runtime@sha256:{'ab' * 32}"
 
 
 def test_runtime_name_must_match_its_file(tmp_path: Path) -> None:

@@ -22,6 +22,8 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
+from trainyard import post_render
+from trainyard.components import multikueue
 from trainyard.components.generated import GeneratedValues
 from trainyard.components.kubernetes_object import KubernetesObject
 from trainyard.config.model import PlatformConfig
@@ -35,7 +37,8 @@ TYPE_PREFIX = "trainyard:platform"
 
 # Concerns that must wait for others (besides the CRDs, which everything waits for).
 # Kueue's and Trainer's webhooks validate queueing objects and runtimes.
-AFTER: dict[str, tuple[str, ...]] = {"queueing": ("controllers",), "runtimes": ("controllers",)}
+AFTER: dict[str, tuple[str, ...]] = {"queueing": ("controllers",), "runtimes": ("controllers",),
+                                     "multikueue": ("controllers",)}
 # Tenant namespaces are created only once their queues and the admission rules that guard them exist.
 TENANTS_AFTER: tuple[str, ...] = ("queueing", "admission")
 
@@ -123,7 +126,7 @@ def _title(concern: str) -> str:
 
 
 class ConcernGroup(pulumi.ComponentResource):
-    """One concern's platform-level objects, then its chart releases (charts install with CRDs off)."""
+    """One concern's platform-level objects, then its chart releases (charts install with no CRDs at all)."""
 
     def __init__(self, config: PlatformConfig, concern: Concern, namespaces: Namespaces, generated: GeneratedValues,
                  opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource]) -> None:
@@ -149,6 +152,11 @@ class ConcernGroup(pulumi.ComponentResource):
                                "charts": [r.name for r in concern.releases if not r.external]})
 
     def _chart(self, release: ChartRelease, depends_on: list[pulumi.Resource]) -> pulumi.Resource:
+        # skip_crds skips only a chart's crds/ directory; the post-renderer also drops CRDs that
+        # a chart renders as templates (Kueue has no switch for them), so that the CRDs Trainyard
+        # declares in the Crds group are the only ones applied. Pulumi transforms cannot drop a
+        # chart's child resource, a post-renderer can. Ref: trainyard/post_render.py.
+        command, args = post_render.command()
         return k8s.helm.v4.Chart(
             release.name,
             chart=release.chart,
@@ -157,6 +165,7 @@ class ConcernGroup(pulumi.ComponentResource):
             repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=release.repo) if release.repo else None,
             values=release.values,
             skip_crds=True,
+            post_renderer=k8s.helm.v4.PostRendererArgs(command=command, args=args),
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on,
                                         transforms=[retain_chart_data(self._protect_chart_data),
                                                     keep_regenerated_secrets(release.regenerated_secrets)]),
@@ -199,6 +208,7 @@ class Platform(pulumi.ComponentResource):
             if not concern.objects and not concern.releases and not concern.after_releases:
                 continue
             after = [self.groups[c] for c in AFTER.get(concern.name, ()) if c in self.groups]
+            concern = multikueue.with_kubeconfigs(config, concern, root)  # noqa: PLW2901 - deploy-time secrets put in
             self.groups[concern.name] = ConcernGroup(config, concern, namespaces, self.generated, child,
                                                      [self.crds, *after])
 

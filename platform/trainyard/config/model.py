@@ -345,6 +345,12 @@ class Images(Model):
         "are pulled as <mirror><upstream repository>. Unset: the upstream registries.",
     )
 
+    lock_file: str = Field(
+        default="images.lock.yaml",
+        description="The image lock (relative to the project): image reference -> digest in the mirror. Runtimes and "
+        "chart values take their digests from it; `trainyard images lock STACK` fills it (docs/supply-chain.md).",
+    )
+
     @model_validator(mode="after")
     def _prefix(self) -> Images:
         if self.registry_mirror is not None and not self.registry_mirror.endswith("/"):
@@ -368,7 +374,8 @@ class Rehearsal(Model):
         "seaweedfs and minio name the object store's charts.")
 
 
-# security.py and object_store.py build on Model and the name types above, so they are imported here.
+# security.py, multikueue.py and object_store.py build on Model and the name types above, so they are imported here.
+from trainyard.config.multikueue import MultiKueue  # noqa: E402
 from trainyard.config.object_store import ObjectStore, check_object_store  # noqa: E402
 from trainyard.config.security import Security  # noqa: E402
 
@@ -392,6 +399,8 @@ class PlatformConfig(Model):
     lifecycle: Lifecycle = Field(default=Lifecycle(), description="Protection of data-holding resources.")
     rehearsal: Rehearsal = Field(default=Rehearsal(), description="Local rehearsal settings.")
     security: Security = Security()
+    multikueue: MultiKueue | None = Field(
+        default=None, description="MultiKueue role of this cluster (manager or worker); none = a single cluster.")
     object_store: ObjectStore | None = Field(
         default=None, description="Object storage (buckets and credentials per tenant); unset = none.")
 

@@ -43,7 +43,7 @@ PURPOSES: tuple[Purpose, ...] = ("datasets", "checkpoints", "models")
 # a letter or digit (dots are legal in S3 but break virtual-host TLS, so they are refused here).
 # Ref: https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
-_IMAGE_BY_DIGEST = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?/[a-z0-9._/-]+(:[A-Za-z0-9._-]+)?@sha256:[0-9a-f]{64}$")
+_IMAGE = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?/[a-z0-9._/-]+(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?$")
 _URL = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?/?$")
 
 
@@ -53,9 +53,9 @@ def _bucket_prefix(value: str) -> str:
     return value
 
 
-def _image_by_digest(value: str) -> str:
-    if not _IMAGE_BY_DIGEST.match(value):
-        raise ValueError(f"{value!r} is not an image pinned by digest (registry/repository[:tag]@sha256:<64 hex>)")
+def _image(value: str) -> str:
+    if not _IMAGE.match(value) or ("@" not in value and ":" not in value.rsplit("/", 1)[-1]):
+        raise ValueError(f"{value!r} is not an image reference (registry/repository:tag, or ...@sha256:<64 hex>)")
     return value
 
 
@@ -65,7 +65,7 @@ def _endpoint_url(value: str) -> str:
     return value.rstrip("/")
 
 
-ImageByDigest = Annotated[str, AfterValidator(_image_by_digest)]
+ImageReference = Annotated[str, AfterValidator(_image)]
 
 
 class Volume(Model):
@@ -216,10 +216,10 @@ class ObjectStore(Model):
     seaweedfs: SeaweedfsSettings = Field(default=SeaweedfsSettings(), description="Settings of the seaweedfs backend.")
     minio: MinioSettings = Field(default=MinioSettings(), description="Settings of the minio backend.")
     external: ExternalSettings | None = Field(default=None, description="The endpoint, for backend external.")
-    provisioner_image: ImageByDigest = Field(
+    provisioner_image: ImageReference = Field(
         description="Image of the Job that creates buckets (and, for minio/external, identities): Python 3 with "
-        "boto3 and the minio SDK (both Apache-2.0), pinned by digest, from an approved registry "
-        "(see docs/components/object-store.md).")
+        "boto3 and the minio SDK (both Apache-2.0), from an approved registry, by tag; the image lock pins its "
+        "digest (see docs/components/object-store.md).")
     buckets: Buckets = Field(default=Buckets(), description="Defaults for every tenant's buckets.")
     tenant_overrides: dict[Name, TenantObjectStore] = Field(
         default_factory=dict, description="Per tenant (by name): deviations from the bucket defaults, key rotation.")

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import admission, crds, installs, kueue, network, object_store, runtimes, tenants
+from trainyard.manifests import admission, crds, installs, kueue, multikueue, network, object_store, runtimes, tenants
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest, object_id, object_key
+from trainyard.supply.lock import ImageLock, LockFileError, load_lock
 
 # Components whose CRDs the platform declares, in apply order (JobSet before Trainer, which uses it).
 CRD_COMPONENTS = ["jobset", "kueue", "trainer"]
@@ -54,8 +55,9 @@ class RenderedPlatform:
             raise KeyError(f"no concern {name!r} (concerns: {', '.join(c.name for c in self.concerns)})") from None
 
     def tenant_objects(self, tenant: str) -> tuple[Manifest, ...]:
-        """Everything every concern puts into one tenant's namespace, in concern order."""
-        return tuple(obj for concern in self.concerns for obj in concern.tenant_objects.get(tenant, ()))
+        """Everything every concern puts into one tenant's namespace: the Namespace first, then concern by concern."""
+        objects = [obj for concern in self.concerns for obj in concern.tenant_objects.get(tenant, ())]
+        return tuple(sorted(objects, key=lambda obj: obj["kind"] != "Namespace"))
 
     def by_kind(self, kind: str) -> list[Manifest]:
         return [o for o in self.all_objects if o["kind"] == kind]
@@ -65,26 +67,37 @@ class RenderError(Exception):
     """The stack is valid but something it points at is not (a runtime file, a CRD source)."""
 
 
-def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None = None) -> RenderedPlatform:
+def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None = None,
+                    lock: ImageLock | None = None) -> RenderedPlatform:
+    """Every object of the stack; ``lock`` replaces the stack's image lock file (``trainyard images lock``)."""
     try:
-        crd_docs = crds.load_crds(config, CRD_COMPONENTS + object_store.crd_components(config), stack_dir)
+        lock = lock if lock is not None else image_lock(config, root)
+        crd_components = CRD_COMPONENTS + object_store.crd_components(config)
+        crd_docs = kueue.with_conversion_webhooks(config, crds.load_crds(config, crd_components, stack_dir))
         # Every concern's builder, in apply order; a new concern adds one line (docs/architecture.md).
         concerns = (
-            installs.build(config),
+            installs.build(config, lock),
             kueue.build(config),
-            runtimes.build(config, root),
+            multikueue.build(config),
+            runtimes.build(config, root, lock),
             admission.build(config),
             tenants.build(config),
             network.build(config),
-            object_store.build(config),
+            object_store.build(config, lock),
             # Last: the service identities' Secrets go into namespaces other concerns declare.
             object_store.service_credentials(config),
         )
-    except (crds.CrdUnavailable, runtimes.RuntimeFileError) as exc:
+    except (crds.CrdUnavailable, runtimes.RuntimeFileError, LockFileError) as exc:
         raise RenderError(str(exc)) from None
     rendered = RenderedPlatform(tuple(crd_docs), concerns)
     _check_unique(list(rendered.all_objects))
     return rendered
+
+
+def image_lock(config: PlatformConfig, root: Path) -> ImageLock:
+    """The stack's image lock (``images.lock_file``, relative to the project root)."""
+    path = Path(config.images.lock_file)
+    return load_lock(path if path.is_absolute() else root / path)
 
 
 def _check_unique(objects: list[Manifest]) -> None:

@@ -16,6 +16,8 @@ from trainyard.config.model import PlatformConfig
 from trainyard.manifests import kueue
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import Manifest, metadata
+from trainyard.supply.lock import ImageLock
+from trainyard.supply.reference import ImageRef, mirrored
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,16 @@ class ChartRelease:
     # Secrets the chart fills with values it generates while rendering (randAlphaNum, genPrivateKey):
     # every render differs, so Pulumi keeps the first ones (ignoreChanges on their data).
     regenerated_secrets: tuple[str, ...] = ()
+
+    @property
+    def chart_name(self) -> str:
+        """The chart's own name (``Chart.yaml`` ``name``), from an OCI reference or a repo chart name."""
+        return catalog.chart_name(self.chart)
+
+    @property
+    def mirror_dir(self) -> str:
+        """Where a chart mirror (../shared/charts) keeps this chart: ``<mirror_dir>/<version>/``."""
+        return catalog.chart_mirror_dir(self.chart_name)
 
     def as_document(self) -> dict[str, Any]:
         """What ``trainyard render`` writes for a chart (it is not a Kubernetes object)."""
@@ -73,40 +85,46 @@ def namespaces(config: PlatformConfig) -> list[Manifest]:
     ]
 
 
-def controller_image(config: PlatformConfig, component: str) -> tuple[str, str, str]:
-    """(registry, repository, tag) of a controller: upstream, or the same repository under the mirror."""
-    return mirrored(config, catalog.release(component, getattr(config.versions, component)).image)
+def upstream_image(config: PlatformConfig, component: str) -> ImageRef:
+    """The controller image of ``component`` at the stack's version, as upstream publishes it."""
+    image = catalog.release(component, getattr(config.versions, component)).image
+    return ImageRef(image.registry, image.repository, image.tag)
 
 
-def mirrored(config: PlatformConfig, image: catalog.Image) -> tuple[str, str, str]:
-    """(registry, repository, tag) of an upstream image as the stack pulls it: as is, or under its mirror."""
-    mirror = config.images.registry_mirror
-    if mirror is None:
-        return image.registry, image.repository, image.tag
-    host, _, path = mirror.rstrip("/").partition("/")
-    return host, f"{path}/{image.repository}" if path else image.repository, image.tag
+def controller_image(config: PlatformConfig, component: str, lock: ImageLock) -> ImageRef:
+    """The controller image the cluster pulls: under the mirror where the stack has one, pinned by the lock."""
+    return lock.pin(mirrored(upstream_image(config, component), config.images.registry_mirror))
 
 
-def releases(config: PlatformConfig) -> list[ChartRelease]:
+def _tag(image: ImageRef) -> str:
+    # The charts compose "<repository>:<tag>"; a tag of "<tag>@<digest>" gives "<repository>:<tag>@<digest>",
+    # which pulls by digest (the tag is kept for readers).
+    return f"{image.tag}@{image.digest}" if image.digest else str(image.tag)
+
+
+def releases(config: PlatformConfig, lock: ImageLock | None = None) -> list[ChartRelease]:
+    pins = lock if lock is not None else ImageLock()
     kueue_config = yaml.safe_dump(kueue.controller_configuration(config), sort_keys=False)
-    jobset_registry, jobset_repository, jobset_tag = controller_image(config, "jobset")
-    kueue_registry, kueue_repository, kueue_tag = controller_image(config, "kueue")
-    trainer_registry, trainer_repository, trainer_tag = controller_image(config, "trainer")
+    jobset_image, kueue_image, trainer_image = (controller_image(config, c, pins) for c in ("jobset", "kueue", "trainer"))
     # Tags are pinned explicitly: the Kueue chart's own default is "main" with pullPolicy Always.
-    # Ref: values.yaml of each chart (jobset image.*, kueue controllerManager.manager.image.*, trainer image.*).
+    # Ref: the image lines of each chart's manager template: jobset templates/controller/deployment.yaml
+    # ("{{ .Values.image.repository }}:{{ .Values.image.tag }}", no registry value), kueue
+    # templates/manager/manager.yaml (controllerManager.manager.image.repository:tag), trainer
+    # templates/_helpers.tpl "trainer.image" (image.registry/image.repository:image.tag).
     return [
+        # The JobSet chart has no image.registry: the repository carries the registry host
+        # (templates/controller/deployment.yaml: "{{ .Values.image.repository }}:{{ .Values.image.tag }}").
         _release(config, "jobset", {
-            "image": {"registry": jobset_registry, "repository": jobset_repository, "tag": jobset_tag,
-                      "pullPolicy": "IfNotPresent"},
+            "image": {"repository": jobset_image.name, "tag": _tag(jobset_image), "pullPolicy": "IfNotPresent"},
         }),
         _release(config, "kueue", {
             "controllerManager": {"manager": {"image": {
-                "repository": f"{kueue_registry}/{kueue_repository}", "tag": kueue_tag, "pullPolicy": "IfNotPresent"}}},
+                "repository": kueue_image.name, "tag": _tag(kueue_image), "pullPolicy": "IfNotPresent"}}},
             "managerConfig": {"controllerManagerConfigYaml": kueue_config},
         }),
         _release(config, "trainer", {
-            "image": {"registry": trainer_registry, "repository": trainer_repository, "tag": trainer_tag,
-                      "pullPolicy": "IfNotPresent"},
+            "image": {"registry": trainer_image.registry, "repository": trainer_image.repository,
+                      "tag": _tag(trainer_image), "pullPolicy": "IfNotPresent"},
             # JobSet is installed on its own above; Trainer must not bundle a second one.
             "jobset": {"install": False},
             # Only the runtimes reviewed in runtimes/ are installed.
@@ -116,6 +134,6 @@ def releases(config: PlatformConfig) -> list[ChartRelease]:
     ]
 
 
-def build(config: PlatformConfig) -> Concern:
+def build(config: PlatformConfig, lock: ImageLock | None = None) -> Concern:
     """The controllers concern: the system namespaces of installed controllers and their chart releases."""
-    return Concern("controllers", objects=tuple(namespaces(config)), releases=tuple(releases(config)))
+    return Concern("controllers", objects=tuple(namespaces(config)), releases=tuple(releases(config, lock)))

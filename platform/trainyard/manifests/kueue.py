@@ -19,6 +19,38 @@ from trainyard.quantity import format_quantity, parse_quantity
 
 API = catalog.KUEUE_API
 
+# The chart's webhook Service for a release named "kueue" (fullname = release name).
+# Ref: kueue v0.19.2 charts/kueue/templates/webhook/service.yaml ('{{ include "kueue.fullname" . }}-webhook-service').
+WEBHOOK_SERVICE = "kueue-webhook-service"
+
+
+def with_conversion_webhooks(config: PlatformConfig, crds: list[Manifest]) -> list[Manifest]:
+    """Kueue's CRDs as upstream installs them: the converted ones call Kueue's conversion webhook.
+
+    Trainyard's CRDs are the only ones applied (the chart's copies are dropped by the
+    post-renderer), so they must carry what the chart's copies would: without
+    ``spec.conversion`` a v1beta1 request to a v1beta2-stored object is not converted, and
+    Kueue's certificate rotator, which writes its CA into exactly these five CRDs'
+    ``spec.conversion.webhook.clientConfig``, has nothing to write into
+    (Ref: kueue pkg/util/cert/cert.go, ``cert.CRDConversion`` entries). Where
+    Kueue is external (the rehearsal) no webhook serves, and the CRDs stay as upstream wrote
+    them. The chart-truth tests check these specs equal the chart's CRDs field for field.
+    """
+    if "kueue" in config.rehearsal.external_controllers:
+        return crds
+    converted = {f"{plural}.kueue.x-k8s.io" for plural in catalog.KUEUE_CONVERTED_CRDS}
+    namespace = catalog.release("kueue", config.versions.kueue).namespace
+    return [{**crd, "spec": {"conversion": _conversion_webhook(namespace), **crd["spec"]}}
+            if crd["metadata"]["name"] in converted else crd for crd in crds]
+
+
+def _conversion_webhook(namespace: str) -> dict[str, Any]:
+    # A new dict per CRD (a shared one would render as a YAML alias). The caBundle is injected
+    # at run time by Kueue's internal certificate management (internalCertManagement.enable).
+    return {"strategy": "Webhook", "webhook": {
+        "clientConfig": {"service": {"name": WEBHOOK_SERVICE, "namespace": namespace, "path": "/convert"}},
+        "conversionReviewVersions": ["v1"]}}
+
 
 def topology(config: PlatformConfig) -> list[Manifest]:
     if config.topology is None:
@@ -92,6 +124,10 @@ def cluster_queue_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
     spec["preemption"] = preemption
     if settings.fair_sharing.enabled and tenant.fair_share_weight is not None:
         spec["fairSharing"] = {"weight": tenant.fair_share_weight}
+    if config.multikueue is not None and config.multikueue.role == "manager":
+        # Every workload of a manager's queue is dispatched to a worker. Ref: ClusterQueue v1beta2
+        # spec.admissionChecksStrategy (v1beta2 has no plain spec.admissionChecks list).
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": config.multikueue.admission_check}]}
     spec["resourceGroups"] = [{
         "coveredResources": [catalog.GPU_RESOURCE, "cpu", "memory"],
         "flavors": [

@@ -34,9 +34,11 @@ from trainyard.config.model import PlatformConfig, Tenant
 from trainyard.config.object_store import MINIO_TENANT_NAME, PURPOSES, ObjectStore, Purpose, ServiceIdentity
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.generated import GeneratedValue
-from trainyard.manifests.installs import COMPONENT_LABEL, ChartRelease, mirrored
+from trainyard.manifests.installs import COMPONENT_LABEL, ChartRelease
 from trainyard.manifests.meta import NON_SECRET_KEYS, OBJECT_STORE_SECRET, TENANT_LABEL, Manifest, metadata
 from trainyard.manifests.network import NAMESPACE_NAME_LABEL
+from trainyard.supply.lock import ImageLock
+from trainyard.supply.reference import ImageRef, mirrored
 
 COMPONENT = "object-store"
 LABELS = {COMPONENT_LABEL: COMPONENT}
@@ -280,15 +282,21 @@ def _restricted_container() -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
 
 
-def provisioning_objects(config: PlatformConfig) -> list[Manifest]:
+def provisioner_image(config: PlatformConfig, lock: ImageLock) -> str:
+    """The provisioning Job's image as the cluster pulls it: the stack's reference, pinned by the image lock."""
+    return str(lock.pin(ImageRef.parse(_store(config).provisioner_image)))
+
+
+def provisioning_objects(config: PlatformConfig, lock: ImageLock | None = None) -> list[Manifest]:
     """ConfigMap (script and plan), the identities' keys (a Secret, MinIO/external only), the Job named by their hash."""
     store = _store(config)
+    image = provisioner_image(config, lock if lock is not None else ImageLock())
     script = PROVISIONING_SCRIPT.read_text(encoding="utf-8")
     plan = _json(provisioning_plan(config))
     # SeaweedFS reads its identities from its own file; only an admin API needs the keys handed over.
     keys = _json(_identity_keys(config)) if "identities" in provisioning_plan(config) else None
     admin_secret = store.external.admin_secret if store.external is not None else ADMIN_SECRET
-    digest = _hash(script, plan, keys or "", store.provisioner_image, admin_secret, endpoint_url(config))
+    digest = _hash(script, plan, keys or "", image, admin_secret, endpoint_url(config))
     labels = {**LABELS, PROVISIONER_LABEL: "true"}
     ns = store.namespace
     out: list[Manifest] = [{"apiVersion": "v1", "kind": "ConfigMap",
@@ -316,7 +324,7 @@ def provisioning_objects(config: PlatformConfig) -> list[Manifest]:
                     "securityContext": _restricted_pod(),
                     "containers": [{
                         "name": "provision",
-                        "image": store.provisioner_image,
+                        "image": image,
                         "command": ["python3", "/provision/object_store.py", "/provision/plan.json",
                                     "/identities/identities.json"],
                         "env": [{"name": "AWS_ENDPOINT_URL", "value": endpoint_url(config)},
@@ -340,8 +348,15 @@ def _admin_secret(store: ObjectStore) -> Manifest:
                                                    "AWS_SECRET_ACCESS_KEY": ADMIN.secret_key.placeholder}, LABELS)
 
 
-def _image(config: PlatformConfig, component: str) -> tuple[str, str, str]:
-    return mirrored(config, catalog.release(component, _version(config, component)).image)
+def _image(config: PlatformConfig, component: str, lock: ImageLock) -> ImageRef:
+    """The image the cluster pulls: upstream or under the stack's mirror, pinned by the stack's image lock."""
+    image = catalog.release(component, _version(config, component)).image
+    return lock.pin(mirrored(ImageRef(image.registry, image.repository, image.tag), config.images.registry_mirror))
+
+
+def _tag(image: ImageRef) -> str:
+    # As installs._tag: "<tag>@<digest>" makes the charts' "<repository>:<tag>" pull by digest.
+    return f"{image.tag}@{image.digest}" if image.digest else str(image.tag)
 
 
 def _version(config: PlatformConfig, component: str) -> str:
@@ -356,7 +371,7 @@ def _chart(config: PlatformConfig, component: str, name: str, namespace_name: st
                         external=backend in config.rehearsal.external_controllers)
 
 
-def seaweedfs_objects(config: PlatformConfig) -> tuple[list[Manifest], list[ChartRelease]]:
+def seaweedfs_objects(config: PlatformConfig, lock: ImageLock) -> tuple[list[Manifest], list[ChartRelease]]:
     store = _store(config)
     volume = store.seaweedfs.volume
     claim: Manifest = {
@@ -369,14 +384,14 @@ def seaweedfs_objects(config: PlatformConfig) -> tuple[list[Manifest], list[Char
     identities_json = _json(seaweedfs_identities(config))
     identities_secret = _secret(SEAWEEDFS_IDENTITIES_SECRET, store.namespace,
                                 {SEAWEEDFS_IDENTITIES_KEY: identities_json}, LABELS)
-    registry, repository, tag = _image(config, "seaweedfs")
+    image = _image(config, "seaweedfs", lock)
     values: dict[str, Any] = {
         "global": {"seaweedfs": {
             # The ClusterRole lets pods delete master pods after a migration; all-in-one has no masters to move.
             "createClusterRole": False,
-            "image": {"name": repository},
-        }, "imageRegistry": registry},
-        "image": {"tag": tag},
+            "image": {"name": image.repository},
+        }, "imageRegistry": image.registry},
+        "image": {"tag": _tag(image)},
         # One server process holds master, volume, filer and S3 (weed server); the split components are off.
         "master": {"enabled": False},
         "volume": {"enabled": False},
@@ -402,7 +417,7 @@ def seaweedfs_objects(config: PlatformConfig) -> tuple[list[Manifest], list[Char
     return [claim, identities_secret, _admin_secret(store)], [release]
 
 
-def minio_objects(config: PlatformConfig) -> tuple[list[Manifest], list[ChartRelease]]:
+def minio_objects(config: PlatformConfig, lock: ImageLock) -> tuple[list[Manifest], list[ChartRelease]]:
     store = _store(config)
     settings = store.minio
     # The Tenant's root user is the platform admin: config.env as the operator expects it
@@ -410,11 +425,10 @@ def minio_objects(config: PlatformConfig) -> tuple[list[Manifest], list[ChartRel
     root = _secret(MINIO_CONFIG_SECRET, store.namespace, {
         "config.env": f"export MINIO_ROOT_USER={ADMIN.access_key.placeholder}\n"
                       f"export MINIO_ROOT_PASSWORD={ADMIN.secret_key.placeholder}\n"}, LABELS)
-    op_registry, op_repository, op_tag = _image(config, "minio")
-    registry, repository, tag = _image(config, "minio-tenant")
+    operator_image, server_image = _image(config, "minio", lock), _image(config, "minio-tenant", lock)
     operator_ns = catalog.release("minio", config.versions.minio).namespace
     operator = _chart(config, "minio", "minio-operator", operator_ns, {
-        "operator": {"image": {"repository": f"{op_registry}/{op_repository}", "tag": op_tag,
+        "operator": {"image": {"repository": operator_image.name, "tag": _tag(operator_image),
                                "pullPolicy": "IfNotPresent"}},
     })
     pool: dict[str, Any] = {"name": "pool-0", "servers": settings.servers, "volumesPerServer": settings.volumes_per_server,
@@ -423,9 +437,9 @@ def minio_objects(config: PlatformConfig) -> tuple[list[Manifest], list[ChartRel
         pool["storageClassName"] = settings.volume.storage_class
     tenant = _chart(config, "minio-tenant", "minio-tenant", store.namespace, {"tenant": {
         "name": MINIO_TENANT_NAME,
-        "image": {"repository": f"{registry}/{repository}", "tag": tag, "pullPolicy": "IfNotPresent"},
-        # Trainyard writes the root credentials Secret itself; the chart's sample keys are blanked.
-        "configSecret": {"name": MINIO_CONFIG_SECRET, "existingSecret": True, "accessKey": "", "secretKey": ""},
+        "image": {"repository": server_image.name, "tag": _tag(server_image), "pullPolicy": "IfNotPresent"},
+        # Trainyard writes the root credentials Secret itself (the chart then renders none of its own).
+        "configSecret": {"name": MINIO_CONFIG_SECRET, "existingSecret": True},
         "pools": [pool],
         # Tenant.spec.users/buckets are deprecated and grant consoleAdmin; the Job manages both instead.
         "buckets": [],
@@ -465,21 +479,22 @@ def network_policies(config: PlatformConfig) -> list[Manifest]:
     ]
 
 
-def build(config: PlatformConfig) -> Concern:
+def build(config: PlatformConfig, lock: ImageLock | None = None) -> Concern:
     """The object store: server, identities, provisioning, network policies, and each tenant's Secret."""
     store = config.object_store
     if store is None:
         return Concern("object-store")
     objects: list[Manifest] = [namespace(store)]
     releases: list[ChartRelease] = []
+    pins = lock if lock is not None else ImageLock()
     if store.backend == "seaweedfs":
-        backend_objects, releases = seaweedfs_objects(config)
+        backend_objects, releases = seaweedfs_objects(config, pins)
         objects += backend_objects
     elif store.backend == "minio":
-        backend_objects, releases = minio_objects(config)
+        backend_objects, releases = minio_objects(config, pins)
         objects += backend_objects
     objects += network_policies(config)
-    *provisioning, job = provisioning_objects(config)
+    *provisioning, job = provisioning_objects(config, pins)
     objects += provisioning
     if any(r.external for r in releases):
         # Rehearsal: the server is not running (its chart is external) and no volume is provisioned, so

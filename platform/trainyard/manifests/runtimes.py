@@ -3,7 +3,9 @@
 A runtime file is the reviewed source; the builder only adds what the stack decides:
 the approval label, and the Kueue topology annotation on the trainer pods when the
 stack asks for topology-aware placement. Images must come from an approved registry
-and be pinned by digest, so what was reviewed is what runs.
+and be pinned by digest, so what was reviewed is what runs: a runtime file names an image
+by tag and the image lock (``trainyard.supply.lock``) supplies the digest the mirror serves,
+rendered as ``<name>:<tag>@<digest>``; a file may also pin a digest itself.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from trainyard import catalog
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import APPROVED_RUNTIME_LABEL, MANAGED_BY, Manifest
+from trainyard.supply.lock import ImageLock
+from trainyard.supply.reference import ImageRef, ReferenceError
 
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 # Ref: https://kueue.sigs.k8s.io/docs/concepts/topology_aware_scheduling/#user-facing-apis
@@ -56,7 +60,9 @@ def containers_of(runtime: Manifest) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def load_runtime(path: Path, config: PlatformConfig) -> Manifest:
+def load_runtime(path: Path, config: PlatformConfig, lock: ImageLock | None = None) -> Manifest:
+    """The runtime in ``path``, checked, with every image pinned by the lock's digest."""
+    pins = lock if lock is not None else ImageLock()
     shown = str(path)
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -79,8 +85,14 @@ def load_runtime(path: Path, config: PlatformConfig) -> Manifest:
         if not image_allowed(image, config.runtimes.approved_registries):
             raise RuntimeFileError(shown, f"{field}.image", f"{image!r} is not from an approved registry "
                                 f"({', '.join(config.runtimes.approved_registries)})")
-        if not DIGEST.search(image):
-            raise RuntimeFileError(shown, f"{field}.image", f"{image!r} is not pinned by digest (@sha256:...)")
+        try:
+            pinned = pins.pin(ImageRef.parse(image))
+        except ReferenceError as exc:
+            raise RuntimeFileError(shown, f"{field}.image", str(exc)) from None
+        if pinned.digest is None:
+            raise RuntimeFileError(shown, f"{field}.image", f"{image!r} is not pinned by digest: no @sha256: in the "
+                                   f"file and no entry in the image lock (`trainyard images lock STACK`)")
+        container["image"] = str(pinned)
     return doc
 
 
@@ -102,8 +114,9 @@ def approved_runtime(config: PlatformConfig, source: Manifest) -> Manifest:
     return runtime
 
 
-def build(config: PlatformConfig, root: Path) -> Concern:
+def build(config: PlatformConfig, root: Path, lock: ImageLock | None = None) -> Concern:
     """Runtimes: the approved ClusterTrainingRuntimes, loaded from the reviewed files."""
     directory = root / config.runtimes.directory
-    return Concern("runtimes", objects=tuple(approved_runtime(config, load_runtime(directory / f"{name}.yaml", config))
-                                             for name in config.runtimes.approved))
+    return Concern("runtimes", objects=tuple(
+        approved_runtime(config, load_runtime(directory / f"{name}.yaml", config, lock))
+        for name in config.runtimes.approved))

@@ -62,7 +62,7 @@ def run_rules(rules: Iterable[Rule], objects: Sequence[Manifest], ctx: Context) 
 def evaluate(config: PlatformConfig, rendered: RenderedPlatform,
              extra_manifests: Iterable[Manifest] = ()) -> list[Finding]:
     """Every finding of every enabled rule on the rendered stack plus ``extra_manifests``, most severe first."""
-    ctx = Context(config, declared_protection(config, rendered))
+    ctx = Context(config, declared_protection(config, rendered), rendered.releases)
     return run_rules(RULES, [*rendered.all_objects, *extra_manifests], ctx)
 
 

@@ -13,11 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from trainyard.config.model import PlatformConfig, Tenant
 from trainyard.config.security import PolicyLevel
 from trainyard.manifests.meta import Manifest
+
+if TYPE_CHECKING:
+    from trainyard.manifests.installs import ChartRelease
 
 Severity = Literal["mandatory", "advisory"]
 STACK_OBJECT = "(stack)"
@@ -44,6 +47,8 @@ class Context:
 
     config: PlatformConfig
     protection: Callable[[Manifest], bool | None] = field(default=lambda obj: None)
+    # The stack's chart releases (``trainyard check``); the CrossGuard pack sees no releases, only objects.
+    releases: tuple[ChartRelease, ...] = ()
 
     @cached_property
     def tenants_by_namespace(self) -> dict[str, Tenant]:

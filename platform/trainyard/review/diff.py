@@ -12,6 +12,7 @@ another stack of the same tree (``--against STACK``, a promotion review).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -38,6 +39,7 @@ from trainyard.review.changes import (
     diff_values,
 )
 from trainyard.review.policy_delta import Evaluator, PolicyDelta, PolicyResult, policy_delta
+from trainyard.review.upgrades import ComponentUpgrade, upgrades, with_catalog_defaults
 from trainyard.review.values import arrow, compact
 
 Renderer = Callable[[Stack], RenderedPlatform]
@@ -86,6 +88,7 @@ class Review:
     notes: tuple[str, ...] = ()
     marker: str = "trainyard-review"
     extra: dict[str, Any] = field(default_factory=dict)
+    upgrades: tuple[ComponentUpgrade, ...] = ()
 
     def counts(self) -> dict[str, int]:
         counted = Counter(c.action for c in self.changes)
@@ -124,9 +127,10 @@ def review_platforms(base: Side, head: Side, *, title: str, evaluator: Evaluator
         after = evaluator(head.config, head.rendered) if head.config and head.rendered else []
         policy = policy_delta(before, after)
     settings = settings_changes(base.config, head.config)
-    highlights = highlights_for(changes, capacity, policy) + settings_highlights(settings)
+    bumps = upgrades(base.rendered, head.rendered)
+    highlights = [b.summary() for b in bumps] + highlights_for(changes, capacity, policy) + settings_highlights(settings)
     return Review(title, base.label, head.label, tuple(changes), unchanged, tuple(highlights), capacity, policy,
-                  notes=tuple(notes), marker=marker, settings=tuple(settings))
+                  notes=tuple(notes), marker=marker, settings=tuple(settings), upgrades=tuple(bumps))
 
 
 # Settings that the capacity table and the per-object sections already tell in full.
@@ -269,7 +273,8 @@ def review_against_revision(stack: str, rev: str, root: Path, *, evaluator: Eval
         base_file = tree / relative
         if base_file.is_file():
             try:
-                base = _side(resolved.label, open_stack(str(base_file), base_root), render)
+                base_stack = with_catalog_defaults(open_stack(str(base_file), base_root), base_root)
+                base = _side(resolved.label, base_stack, render)
             except ConfigError as exc:
                 problems = "; ".join(p.render(str(relative)) for p in exc.problems)
                 raise revision.RevisionError(f"stack {relative} at {rev} does not load: {problems}") from None
@@ -336,6 +341,8 @@ def review_to_dict(review: Review) -> dict[str, Any]:
         out["diagnostics"] = [vars(d) for d in review.diagnostics]
     if review.settings:
         out["settings"] = [field_dict(f) for f in review.settings]
+    if review.upgrades:
+        out["upgrades"] = [dataclasses.asdict(u) for u in review.upgrades]
     out.update(review.extra)
     return out
 

@@ -21,6 +21,7 @@ from trainyard.review.capacity_delta import CapacityDelta
 from trainyard.review.changes import ABSENT, ACTIONS, FieldChange, ObjectChange
 from trainyard.review.diff import Review
 from trainyard.review.policy_delta import PolicyDelta
+from trainyard.review.upgrades import markdown_lines as upgrade_lines
 from trainyard.review.values import arrow, compact, limit_arrow, limit_text
 
 FOLD_OBJECTS: Final = 8  # a concern with more objects shows counts per kind and folds them
@@ -129,6 +130,8 @@ class _Markdown:
         if r.chart_bumps():
             self.add("### Chart versions", "")
             self.table(["chart", "version"], "ll", [[n, arrow(o, v)] for n, o, v in r.chart_bumps()])
+        if r.upgrades:
+            self.add("### Upgrades", "", *upgrade_lines(list(r.upgrades)))
         if r.diagnostics:
             self.diagnostics()
         if r.settings:
@@ -291,6 +294,15 @@ def _text_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[st
     return ["  " + "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells]
 
 
+def _text_charts(r: Review) -> list[str]:
+    out: list[str] = []
+    if r.chart_bumps():
+        out += ["", "Chart versions", *(f"  {n}: {arrow(o, v)}" for n, o, v in r.chart_bumps())]
+    if r.upgrades:
+        out += ["", "Upgrades", *(f"  {_plain(line)}" for line in upgrade_lines(list(r.upgrades)) if line)]
+    return out
+
+
 def to_text(review: Review) -> str:
     """The review for a terminal: the same content as the Markdown, nothing folded."""
     r = review
@@ -319,8 +331,7 @@ def to_text(review: Review) -> str:
     if r.violations:
         rows = [[v.severity, v.rule_id, v.object_id or "(stack)", v.message] for v in r.violations]
         out += ["", "Policy violations", *_text_table(["enforcement", "policy", "resource", "message"], rows)]
-    if r.chart_bumps():
-        out += ["", "Chart versions", *(f"  {n}: {arrow(o, v)}" for n, o, v in r.chart_bumps())]
+    out += _text_charts(r)
     if r.settings:
         out += ["", f"Stack settings ({len(r.settings)} changed)", *(f"  {line}" for f in r.settings for line in field_lines(f))]
     if r.diagnostics:

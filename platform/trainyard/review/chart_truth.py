@@ -1,0 +1,251 @@
+"""Chart truth: does every chart a stack installs do what Trainyard's values say?
+
+For each release in ``RenderedPlatform.releases`` (every concern's charts, so a chart added
+later is covered by being declared), rendered with ``trainyard.charts``:
+
+- images: every container image comes from the stack's mirror (``images.registry_mirror``)
+  and is pinned (a tag other than latest/main/master, or a digest); the component's
+  catalog image is among them at its pinned tag;
+- CRDs: nothing the chart installs is a CRD (the post-renderer drops them), each dropped
+  CRD is one Trainyard declares itself, and the post-renderer run by helm (as Pulumi runs
+  it) gives the same output as the in-process filter;
+- values: every leaf value Trainyard sets changes the output when changed
+  (``charts.probe_values``); a path the chart does not read is reported as unread;
+- modes: per chart, what Trainyard switches (``MODE_CHECKS``: Kueue's manager
+  configuration, Trainer's default runtimes and bundled JobSet off);
+- schemas: every installed object passes the strict Kubernetes schemas or the upstream CRD
+  schema of its kind.
+
+``trainyard charts STACK`` prints the summary; tests/charts asserts on the same report.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from trainyard import charts, post_render
+from trainyard.config.model import PlatformConfig
+from trainyard.manifests import RenderedPlatform, installs, kueue
+from trainyard.manifests.installs import ChartRelease
+from trainyard.manifests.meta import object_id
+from trainyard.schemas import SchemaNotFound, Validator
+
+UNPINNED_TAGS = frozenset({"", "latest", "main", "master"})
+CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+
+
+def images_of(obj: Any) -> Iterator[str]:
+    """Every ``image`` of a container in an object (pod templates at any depth, CR fields shaped like pods)."""
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if key in CONTAINER_LISTS and isinstance(value, list):
+                yield from (c["image"] for c in value if isinstance(c, dict) and isinstance(c.get("image"), str))
+            else:
+                yield from images_of(value)
+    elif isinstance(obj, list):
+        for item in obj:
+            yield from images_of(item)
+
+
+def image_tag(reference: str) -> str:
+    name = reference.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else ""
+
+
+def expected_controller_image(config: PlatformConfig, release: ChartRelease) -> str | None:
+    """The catalog image of the release's component as the stack pulls it (before any lock digest); None if none."""
+    from trainyard.supply.lock import ImageLock
+
+    try:
+        image = installs.controller_image(config, release.component, ImageLock())
+    except (AttributeError, KeyError):
+        return None
+    return image.tagged
+
+
+def image_problems(config: PlatformConfig, release: ChartRelease, images: list[str]) -> list[str]:
+    problems: list[str] = []
+    mirror = config.images.registry_mirror
+    for image in images:
+        if mirror and not image.startswith(mirror):
+            problems.append(f"image {image} is not from the stack's mirror {mirror}")
+        if "@sha256:" not in image and image_tag(image) in UNPINNED_TAGS:
+            problems.append(f"image {image} is not pinned (tag {image_tag(image) or 'missing'})")
+    expected = expected_controller_image(config, release)
+    if expected is not None and not any(i == expected or i.startswith(f"{expected}@") for i in images):
+        problems.append(f"controller image {expected} (catalog, pinned) is not in the chart output")
+    return problems
+
+
+def crd_problems(platform: RenderedPlatform, rendered: charts.RenderedChart) -> list[str]:
+    """No CRD is installed by the chart; each one it renders is declared by Trainyard with the same spec.
+
+    The spec is compared where the chart is installed: on a stack that marks the controller
+    external nothing serves the chart's webhooks, and Trainyard leaves them out of its CRDs.
+    """
+    declared = {c["metadata"]["name"]: c for c in platform.crds}
+    problems = [f"chart installs {object_id(o)}: the post-renderer must drop it" for o in rendered.objects
+                if o.get("kind") in post_render.DROPPED_KINDS]
+    for crd in rendered.dropped:
+        name = crd["metadata"]["name"]
+        if name not in declared:
+            problems.append(f"chart renders CRD {name}, which the post-renderer drops but Trainyard does not declare")
+        elif not rendered.release.external and crd["spec"] != declared[name]["spec"]:
+            fields = sorted(k for k in crd["spec"].keys() | declared[name]["spec"].keys()
+                            if crd["spec"].get(k) != declared[name]["spec"].get(k))
+            problems.append(f"CRD {name}: Trainyard's spec differs from the chart's in {', '.join(fields)}")
+    return problems
+
+
+def _kueue_modes(config: PlatformConfig, rendered: charts.RenderedChart) -> list[str]:
+    # Ref: kueue charts/kueue/templates/manager/manager-config.yaml (ConfigMap <fullname>-manager-config,
+    # key controller_manager_config.yaml from managerConfig.controllerManagerConfigYaml).
+    maps = [o for o in rendered.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-manager-config")]
+    if len(maps) != 1:
+        return [f"expected one Kueue manager ConfigMap, found {len(maps)}"]
+    got = yaml.safe_load(maps[0]["data"]["controller_manager_config.yaml"])
+    want = dict(kueue.controller_configuration(config))
+    # The chart adds internal certificate management when the configuration has none (and
+    # cert-manager is off). Ref: kueue v0.19.2 charts/kueue/templates/manager/manager-config.yaml.
+    want.setdefault("internalCertManagement", {"enable": True, "webhookServiceName": kueue.WEBHOOK_SERVICE,
+                                               "webhookSecretName": "kueue-webhook-server-cert"})
+    return [] if got == want else [f"Kueue manager configuration differs from the rendered Configuration: {got} != {want}"]
+
+
+def _trainer_modes(config: PlatformConfig, rendered: charts.RenderedChart) -> list[str]:
+    problems = [f"Trainer default runtime installed: {object_id(o)}" for o in rendered.objects
+                if o["kind"] in ("ClusterTrainingRuntime", "TrainingRuntime")]
+    # The bundled JobSet subchart (jobset.install) would bring a second JobSet controller.
+    problems += [f"bundled JobSet installed: {object_id(o)}" for o in rendered.objects
+                 if o["kind"] == "Deployment" and "jobset" in o["metadata"]["name"]]
+    return problems
+
+
+# Per chart name: what Trainyard switches on or off there. A chart added later adds its own.
+MODE_CHECKS: dict[str, Callable[[PlatformConfig, charts.RenderedChart], list[str]]] = {
+    "kueue": _kueue_modes,
+    "kubeflow-trainer": _trainer_modes,
+}
+
+
+@dataclass
+class ChartTruth:
+    """The chart-truth report of one release of one stack."""
+
+    stack: str
+    release: ChartRelease
+    rendered: charts.RenderedChart
+    images: list[str]
+    probes: charts.ProbeReport
+    problems: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.problems.values())
+
+
+def check_release(stack: str, config: PlatformConfig, platform: RenderedPlatform, release: ChartRelease,
+                  renderer: charts.ChartRenderer, validator: Validator) -> ChartTruth:
+    rendered = renderer.render(release)
+    images = sorted(set(images_of(list(rendered.objects))))
+    probes = charts.probe_values(renderer, release)
+    via_helm = charts.parse_manifests(renderer.render_text(release, post_renderer=post_render.command()))
+    # Custom resources a chart renders validate against the CRDs the stack declares, else the chart's own.
+    for crd in (*rendered.dropped, *platform.crds):
+        validator.add_crd(crd)
+    schema: list[str] = []
+    for obj in rendered.objects:
+        try:
+            schema += [str(e) for e in validator.errors(obj)]
+        except SchemaNotFound as exc:
+            schema.append(f"{object_id(obj)}: {exc}")
+    modes = MODE_CHECKS.get(release.chart_name)
+    return ChartTruth(stack, release, rendered, images, probes, problems={
+        "images": image_problems(config, release, images),
+        "crds": crd_problems(platform, rendered),
+        "post-renderer": [] if via_helm == list(rendered.objects) else
+                         ["helm running the post-renderer gives other objects than the in-process filter"],
+        "unread values": [f"{p.path}: {p.evidence}" for p in probes.unread],
+        "modes": modes(config, rendered) if modes else [],
+        "schemas": schema,
+    })
+
+
+def format_summary(truth: ChartTruth) -> str:
+    release, rendered = truth.release, truth.rendered
+    kinds = ", ".join(f"{n} {k}" for k, n in rendered.kinds().items())
+    lines = [
+        f"{truth.stack} / {release.name}: {release.chart_name} {release.version} in {release.namespace}"
+        f"{' (external on this stack: rendered, not installed)' if release.external else ''}",
+        f"  objects: {len(rendered.objects)} ({kinds})",
+        f"  CRDs dropped by the post-renderer (Trainyard declares them): {len(rendered.dropped)}; CRDs installed: "
+        f"{sum(1 for o in rendered.objects if o.get('kind') in post_render.DROPPED_KINDS)}",
+        f"  images: {', '.join(truth.images) or 'none'}",
+        f"  values that took effect: {len(truth.probes.read)}/{len(truth.probes.probes)}; "
+        f"unread value paths: {len(truth.probes.unread)}",
+    ]
+    lines += [f"    {p.path}: {p.evidence}" for p in truth.probes.probes]
+    if rendered.stubs:
+        lines.append(f"  dependencies stubbed (disabled, not in the mirror): {', '.join(rendered.stubs)}")
+    for check, problems in truth.problems.items():
+        lines += [f"  FAIL {check}: {p}" for p in problems]
+    lines.append(f"  {'ok' if truth.ok else 'FAILED'}")
+    return "\n".join(lines)
+
+
+def _cmd_charts(args: argparse.Namespace) -> int:
+    from trainyard.cli import EXIT_OK, EXIT_VIOLATIONS, UsageError
+    from trainyard.project import open_stack
+
+    stack = open_stack(args.stack)
+    platform = stack.render()
+    directory, helm = charts.charts_dir(stack.root), charts.helm_binary()
+    if directory is None or helm is None:
+        raise UsageError(f"chart truth needs the chart mirror ({charts.CHARTS_DIR_ENV}, default ../shared/charts) and "
+                         "helm (tools/build.sh helm, or TRAINYARD_HELM)")
+    crd_dir = charts.crd_mirror(stack.root)
+    if crd_dir is None:
+        raise UsageError("chart truth needs the upstream CRD mirror (TRAINYARD_CRDS_DIR, default ../shared/crds)")
+    try:
+        renderer = charts.ChartRenderer(directory, helm, api_versions=charts.api_versions(platform.crds))
+    except charts.ChartUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    ok = True
+    try:
+        for release in platform.releases:
+            try:
+                truth = check_release(stack.name, stack.config, platform, release, renderer, Validator(crd_dir))
+            except (charts.ChartUnavailable, charts.ChartRenderError) as exc:
+                print(f"{stack.name} / {release.name}: FAILED: {exc}")
+                ok = False
+                continue
+            print(format_summary(truth))
+            ok = ok and truth.ok
+    finally:
+        renderer.close()
+    print(f"{len(platform.releases)} charts, {renderer.helm_runs} helm renders")
+    return EXIT_OK if ok else EXIT_VIOLATIONS
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    help_text = ("render every chart the stack installs with the built helm and check that Trainyard's values take "
+                 "effect (images, CRDs off, modes, every value read, strict schemas)")
+    cmd = subparsers.add_parser("charts", help=help_text, description=help_text)
+    cmd.add_argument("stack", metavar="STACK", help="stack name (prod = stacks/Pulumi.prod.yaml) or path")
+    cmd.set_defaults(func=_cmd_charts)
+
+
+def _register() -> None:
+    from trainyard.cli import EXTRA_COMMANDS
+
+    if register not in EXTRA_COMMANDS:
+        EXTRA_COMMANDS.append(register)
+
+
+_register()

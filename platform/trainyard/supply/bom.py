@@ -1,0 +1,255 @@
+"""The bill of materials of one stack: every image, chart and CRD file it pulls, and how to mirror them.
+
+Images come from three sources, each named on every entry:
+
+- ``controller:<component>``: the catalog's controller image at the stack's version, under the
+  stack's mirror (``images.registry_mirror``);
+- ``runtime:<name>``: the images of the approved ClusterTrainingRuntimes (``runtimes/``);
+- ``chart:<release>``: the images inside each installed chart, as it renders with the stack's
+  values (``chart_images``; a chart whose images are not known yet is listed as such).
+
+Every image carries its digest from the image lock and the lock's status (locked, placeholder,
+missing). Charts carry their reference and version, CRD files their URL at the pinned tag and
+the git blob SHA they are verified against.
+
+The sync list is skopeo's ``sync --src yaml`` format. skopeo puts each image at
+``<destination>/<last path part of the repository>`` (unless ``--scoped``), so the images are
+grouped by the directory of their mirror repository: one YAML file and one ``skopeo sync``
+command per group keeps Trainyard's layout ``<mirror><upstream repository>``. ``--all
+--preserve-digests`` copies whole image indexes unchanged, so the mirror serves the upstream
+digests. Ref: containers/skopeo docs/skopeo-sync.1.md ("YAML file content", ``--scoped``),
+cmd/skopeo/sync.go (destination = ``path.Join(destination, path.Base(ref))``).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import yaml
+
+from trainyard import catalog
+from trainyard.config.model import PlatformConfig
+from trainyard.manifests import CRD_COMPONENTS, RenderedPlatform, image_lock
+from trainyard.manifests.installs import upstream_image
+from trainyard.policy.pods import containers
+from trainyard.project import Stack
+from trainyard.supply import chart_images as charts_module
+from trainyard.supply.lock import Status
+from trainyard.supply.reference import ImageRef, ReferenceError, mirrored
+
+BomStatus = Status | str  # "locked", "placeholder", "missing", or "pinned in file"
+PINNED_IN_FILE = "pinned in file"
+
+
+@dataclass(frozen=True)
+class BomImage:
+    reference: str
+    upstream: str | None
+    digest: str | None
+    status: BomStatus
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BomChart:
+    release: str
+    chart: str
+    version: str
+    repo: str | None
+    digest: str | None
+    external: bool
+    images: tuple[str, ...]
+    images_from: str
+    note: str
+
+
+@dataclass(frozen=True)
+class BomCrd:
+    component: str
+    version: str
+    file: str
+    url: str
+    blob_sha: str
+
+
+@dataclass(frozen=True)
+class Bom:
+    stack: str
+    environment: str
+    mirror: str | None
+    protect_data: bool
+    images: tuple[BomImage, ...]
+    charts: tuple[BomChart, ...]
+    crds: tuple[BomCrd, ...]
+    unknown_charts: tuple[str, ...] = field(default=())
+
+    def image_references(self) -> set[str]:
+        """Every reference the BOM accounts for, without digests."""
+        return {image.reference for image in self.images}
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def controller_images(config: PlatformConfig, rendered: RenderedPlatform) -> dict[str, tuple[ImageRef, ImageRef]]:
+    """Installed controller -> (upstream image, reference pulled), for every chart release with a catalog entry."""
+    out = {}
+    for release in rendered.releases:
+        if release.external or (release.component, release.version) not in catalog.RELEASES:
+            continue
+        upstream = upstream_image(config, release.component)
+        out[release.component] = (upstream, mirrored(upstream, config.images.registry_mirror))
+    return out
+
+
+def runtime_images(rendered: RenderedPlatform) -> list[tuple[str, ImageRef]]:
+    """(runtime name, image) of every container of every ClusterTrainingRuntime the stack installs."""
+    out = []
+    for obj in rendered.by_kind("ClusterTrainingRuntime"):
+        for container in containers(obj):
+            image = container.container.get("image")
+            if isinstance(image, str):
+                out.append((obj["metadata"]["name"], ImageRef.parse(image)))
+    return out
+
+
+def build_bom(stack: Stack, rendered: RenderedPlatform | None = None,
+              renderer: charts_module.ChartRenderer | None = None) -> Bom:
+    config = stack.config
+    platform = rendered if rendered is not None else stack.render()
+    lock = image_lock(config, stack.root)
+    found: dict[str, dict[str, Any]] = {}
+
+    def add(ref: ImageRef, source: str, upstream: ImageRef | None = None) -> None:
+        key = ref.tagged if ref.tag else str(ref)
+        entry = found.setdefault(key, {"ref": ref, "sources": set(), "upstream": None})
+        entry["sources"].add(source)
+        if upstream is not None and upstream.tagged != key:
+            entry["upstream"] = upstream.tagged
+
+    for component, (upstream, pulled) in controller_images(config, platform).items():
+        add(pulled, f"controller:{component}", upstream)
+    if config.object_store is not None:
+        # The object store's provisioning Job: an image the platform team builds (docs/components/object-store.md).
+        add(ImageRef.parse(config.object_store.provisioner_image).with_digest(None), "object-store:provisioner")
+    for name, ref in runtime_images(platform):
+        # A rendered runtime image carries the lock's digest; the BOM keys it by the reference the file names.
+        add(ref if ref.tag is None else ref.with_digest(None), f"runtime:{name}")
+    bom_charts, unknown = [], []
+    for release in platform.releases:
+        found_images = charts_module.chart_images(release, renderer) if not release.external else \
+            charts_module.ChartImages(release.name, (), "unknown", "external: installed outside this stack")
+        if not release.external:
+            for text in found_images.images:
+                try:
+                    chart_ref = ImageRef.parse(text)
+                except ReferenceError:
+                    continue  # the check rule reports references that do not parse
+                add(chart_ref if chart_ref.tag is None else chart_ref.with_digest(None), f"chart:{release.name}")
+            if found_images.method == "unknown":
+                unknown.append(release.name)
+        bom_charts.append(BomChart(release.name, release.chart, release.version, release.repo, None, release.external,
+                                   found_images.images, found_images.method, found_images.note))
+
+    images = []
+    for key in sorted(found):
+        entry = found[key]
+        ref = entry["ref"]
+        lock_entry = lock.entry(ref) if ref.tag else None
+        if ref.tag is None:
+            status: BomStatus = PINNED_IN_FILE
+            digest = ref.digest
+        else:
+            status, digest = lock.status(ref), lock_entry.digest if lock_entry else None
+        upstream_text = entry["upstream"] or (lock_entry.upstream if lock_entry else None)
+        images.append(BomImage(key, upstream_text, digest, status, tuple(sorted(entry["sources"]))))
+
+    crds = []
+    for component in CRD_COMPONENTS:
+        pinned = catalog.release(component, getattr(config.versions, component))
+        crds += [BomCrd(component, pinned.version, crd.name, pinned.crd_url(crd), crd.blob_sha) for crd in pinned.crds]
+    return Bom(stack.name, config.environment, config.images.registry_mirror, config.lifecycle.protect_data,
+               tuple(images), tuple(bom_charts), tuple(crds), tuple(unknown))
+
+
+def lock_references(bom: Bom) -> list[ImageRef]:
+    """The tagged references the lock must hold for this stack."""
+    return [ImageRef.parse(image.reference) for image in bom.images if image.status != PINNED_IN_FILE]
+
+
+def to_json(bom: Bom) -> str:
+    return json.dumps(bom.as_dict(), indent=2, sort_keys=True) + "\n"
+
+
+def to_markdown(bom: Bom) -> str:
+    lines = [f"# Bill of materials: `{bom.stack}` ({bom.environment})", "",
+             f"Mirror: `{bom.mirror}`" if bom.mirror else "Mirror: none (images are pulled from upstream registries)", "",
+             f"## Images ({len(bom.images)})", "",
+             "| image (as pulled) | upstream | digest | lock | from |", "|---|---|---|---|---|"]
+    for image in bom.images:
+        digest = f"`{image.digest[:19]}…`" if image.digest else "—"
+        lines.append(f"| `{image.reference}` | {_code(image.upstream)} | {digest} | {image.status} | "
+                     f"{', '.join(image.sources)} |")
+    lines += ["", f"## Charts ({len(bom.charts)})", "",
+              "| release | chart | version | archive digest | images | images from |", "|---|---|---|---|---|---|"]
+    for chart in bom.charts:
+        images = "<br>".join(f"`{i}`" for i in chart.images) or "—"
+        installed = " (external)" if chart.external else ""
+        lines.append(f"| {chart.release}{installed} | `{chart.chart}` | {chart.version} | {chart.digest or 'unknown'} | "
+                     f"{images} | {chart.images_from}: {chart.note} |")
+    lines += ["", f"## CRD files ({len(bom.crds)})", "", "| component | version | file | git blob SHA |", "|---|---|---|---|"]
+    lines += [f"| {c.component} | {c.version} | [{c.file}]({c.url}) | `{c.blob_sha}` |" for c in bom.crds]
+    if bom.unknown_charts:
+        lines += ["", f"Charts whose images are not known yet (render them to list them): {', '.join(bom.unknown_charts)}"]
+    return "\n".join(lines) + "\n"
+
+
+def _code(text: str | None) -> str:
+    return f"`{text}`" if text else "—"
+
+
+@dataclass(frozen=True)
+class SyncGroup:
+    """One ``skopeo sync --src yaml`` invocation: a YAML source and the destination it copies into."""
+
+    file: str
+    destination: str
+    source: dict[str, Any]
+
+
+def sync_groups(bom: Bom) -> list[SyncGroup]:
+    """The images to copy from upstream into the mirror, grouped by destination directory."""
+    grouped: dict[str, dict[str, dict[str, list[str]]]] = {}
+    for image in bom.images:
+        if image.upstream is None:
+            continue
+        upstream, target = ImageRef.parse(image.upstream), ImageRef.parse(image.reference)
+        destination = f"{target.registry}/{posixpath.dirname(target.repository)}".rstrip("/")
+        if posixpath.basename(target.repository) != posixpath.basename(upstream.repository):
+            continue  # skopeo keeps the last path part; a renamed image needs `skopeo copy` (never the case here)
+        tags = grouped.setdefault(destination, {}).setdefault(upstream.registry, {}).setdefault(upstream.repository, [])
+        if upstream.tag and upstream.tag not in tags:
+            tags.append(upstream.tag)
+    out = []
+    for index, destination in enumerate(sorted(grouped), start=1):
+        slug = destination.split("/", 1)[-1].replace("/", "-") or "root"
+        source = {registry: {"images": {repo: sorted(tags) for repo, tags in sorted(repos.items())}}
+                  for registry, repos in sorted(grouped[destination].items())}
+        out.append(SyncGroup(f"sync-{index:02d}-{slug}.yaml", destination, source))
+    return out
+
+
+def sync_commands(groups: list[SyncGroup]) -> str:
+    return "".join(f"skopeo sync --all --preserve-digests --src yaml --dest docker {g.file} {g.destination}\n"
+                   for g in groups)
+
+
+def to_sync_text(bom: Bom) -> str:
+    """The sync list as one text: each YAML file after a ``# file:`` line, then the commands."""
+    groups = sync_groups(bom)
+    parts = [f"# file: {g.file} (destination {g.destination})\n" + yaml.safe_dump(g.source, sort_keys=False)
+             for g in groups]
+    return "\n".join(parts) + "\n# commands\n" + sync_commands(groups)

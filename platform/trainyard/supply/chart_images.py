@@ -1,0 +1,131 @@
+"""The images inside each chart release, as the chart renders them with the stack's values.
+
+The truth is the chart's own output: ``helm template`` with the stack's values, every
+container image of every pod-carrying object (``RENDERER``; the chart-truth module that
+renders any ``ChartRelease`` plugs in here). Until that renderer is available, the images
+of the charts Trainyard installs are derived from their templates by hand, per chart
+version, each with the template line it follows and the values switch that would add
+more (``TEMPLATE_IMAGES``). A chart in neither place is reported as *unknown*: the bill of
+materials says so instead of guessing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from trainyard.manifests.installs import ChartRelease
+from trainyard.manifests.meta import Manifest
+
+Method = Literal["rendered", "templates", "unknown"]
+# Renders one release (``helm template`` with its values) into its manifests.
+ChartRenderer = Callable[[ChartRelease], Sequence[Manifest]]
+RENDERER: ChartRenderer | None = None
+
+
+@dataclass(frozen=True)
+class ChartImages:
+    """The images one release pulls, and how that was established."""
+
+    release: str
+    images: tuple[str, ...]
+    method: Method
+    note: str = ""
+
+
+def _get(values: Mapping[str, Any], *path: str) -> Any:
+    node: Any = values
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node
+
+
+def _kueue_0_19(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/kueue templates/manager/manager.yaml:60 (repository:tag); kueueviz/*-deployment.yaml
+    # render only with enableKueueViz (values.yaml default false).
+    image = _get(values, "controllerManager", "manager", "image")
+    out = [f"{image['repository']}:{image['tag']}"]
+    if _get(values, "enableKueueViz"):
+        return out, "enableKueueViz adds the kueueviz backend and frontend images (not derived here)"
+    return out, "kueueviz off (enableKueueViz default false)"
+
+
+def _jobset_0_12(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/jobset templates/controller/deployment.yaml:45 ("{{ .Values.image.repository }}:{{ .Values.image.tag }}").
+    image = values["image"]
+    return [f"{image['repository']}:{image['tag']}"], "one Deployment"
+
+
+def _trainer_2_3(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/kubeflow-trainer templates/_helpers.tpl "trainer.image" (registry/repository:tag, no registry
+    # part for docker.io). The runtimes installer Job (templates/runtimes/installer-job.yaml) renders only with
+    # a built-in runtime enabled, the data cache only with dataCache.enabled (both off in values.yaml).
+    image = values["image"]
+    registry = image.get("registry") or "docker.io"
+    ref = f"{image['repository']}:{image['tag']}" if registry == "docker.io" else \
+        f"{registry}/{image['repository']}:{image['tag']}"
+    notes = []
+    if _get(values, "runtimes", "defaultEnabled") is not False:
+        notes.append("built-in runtimes may be on: their installer and runtime images are not derived here")
+    if _get(values, "dataCache", "enabled"):
+        notes.append("dataCache adds the data-cache image (not derived here)")
+    return [ref], "; ".join(notes) or "built-in runtimes and data cache off"
+
+
+def _seaweedfs_4_44(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/seaweedfs templates/shared/_helpers.tpl "seaweedfs.image": <global.imageRegistry>/
+    # <global.seaweedfs.image.name>:<image.tag>; all-in-one is the only workload Trainyard enables (COSI off).
+    registry = _get(values, "global", "imageRegistry") or ""
+    name = _get(values, "global", "seaweedfs", "image", "name") or "chrislusf/seaweedfs"
+    tag = _get(values, "image", "tag") or "4.44"
+    return [f"{registry}/{name}:{tag}" if registry else f"{name}:{tag}"], "all-in-one only; COSI driver off"
+
+
+def _minio_operator_7_1(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/operator templates/operator-deployment.yaml ("{{ .Values.operator.image.repository }}:{{ .tag }}").
+    image = _get(values, "operator", "image")
+    return [f"{image['repository']}:{image['tag']}"], "one Deployment; the sidecar image defaults to the operator's"
+
+
+def _minio_tenant_7_1(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/tenant templates/tenant.yaml spec.image ("{{ .image.repository }}:{{ .image.digest | default .image.tag }}");
+    # the operator runs it in the pool's StatefulSet. KES is off (no tenant.kes).
+    image = _get(values, "tenant", "image")
+    return [f"{image['repository']}:{image['tag']}"], "the Tenant's server image; KES off"
+
+
+# (chart name, chart version) -> images for the given values, and a note on what the values switch off.
+TEMPLATE_IMAGES: dict[tuple[str, str], Callable[[Mapping[str, Any]], tuple[list[str], str]]] = {
+    ("kueue", "0.19.2"): _kueue_0_19,
+    ("jobset", "0.12.0"): _jobset_0_12,
+    ("kubeflow-trainer", "2.3.0"): _trainer_2_3,
+    ("seaweedfs", "4.44.0"): _seaweedfs_4_44,
+    ("operator", "7.1.1"): _minio_operator_7_1,
+    ("tenant", "7.1.1"): _minio_tenant_7_1,
+}
+
+
+def chart_name(release: ChartRelease) -> str:
+    """The chart's name: the last path part of its reference (``oci://registry.k8s.io/kueue/charts/kueue``)."""
+    return release.chart.rstrip("/").rsplit("/", 1)[-1]
+
+
+def rendered_images(objects: Sequence[Manifest]) -> list[str]:
+    from trainyard.policy.pods import containers
+
+    return sorted({str(c.container["image"]) for obj in objects for c in containers(obj)
+                   if isinstance(c.container.get("image"), str)})
+
+
+def chart_images(release: ChartRelease, renderer: ChartRenderer | None = None) -> ChartImages:
+    """The images ``release`` pulls: rendered where a renderer is available, else from the template table."""
+    render = renderer or RENDERER
+    if render is not None:
+        return ChartImages(release.name, tuple(rendered_images(render(release))), "rendered", "helm template")
+    derive = TEMPLATE_IMAGES.get((chart_name(release), release.version))
+    if derive is None:
+        return ChartImages(release.name, (), "unknown",
+                           f"{chart_name(release)} {release.version}: images unknown until the chart is rendered")
+    images, note = derive(release.values)
+    return ChartImages(release.name, tuple(sorted(images)), "templates", note)

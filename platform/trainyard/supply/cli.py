@@ -1,0 +1,163 @@
+"""``trainyard bom``, ``trainyard images lock`` and ``trainyard images verify``.
+
+``bom STACK`` prints the bill of materials (Markdown, JSON, or the skopeo sync list; ``--out``
+writes a file, or for ``--format sync`` a directory with one YAML per destination and
+``sync.sh``). ``images lock STACK`` asks the mirror registry for the digest of every image the
+stack uses and rewrites the lock (all or nothing: one image that cannot be resolved leaves the
+file untouched). ``images verify STACK`` lists placeholder and missing digests: exit 1 on a
+stack that protects data, warnings only elsewhere.
+
+Importing this module registers the subcommands with ``trainyard.cli``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from trainyard.cli import EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
+from trainyard.manifests import image_lock, render_platform
+from trainyard.manifests.runtimes import containers_of
+from trainyard.project import Stack, open_stack
+from trainyard.supply.bom import build_bom, lock_references, sync_commands, sync_groups, to_json, to_markdown, to_sync_text
+from trainyard.supply.gate import unlocked_images
+from trainyard.supply.lock import ImageLock, LockEntry, LockFileError, placeholder_digest
+from trainyard.supply.reference import ImageRef, ReferenceError
+from trainyard.supply.registry import Credentials, RegistryClient, RegistryError
+
+STACK_HELP = "stack name (prod = stacks/Pulumi.prod.yaml) or path"
+
+
+def _cmd_bom(args: argparse.Namespace) -> int:
+    stack = open_stack(args.stack)
+    bom = build_bom(stack)
+    if args.format == "sync" and args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        groups = sync_groups(bom)
+        for group in groups:
+            (out / group.file).write_text(yaml.safe_dump(group.source, sort_keys=False), encoding="utf-8")
+        (out / "sync.sh").write_text("#!/bin/sh\nset -e\ncd \"$(dirname \"$0\")\"\n" + sync_commands(groups),
+                                     encoding="utf-8")
+        print(f"wrote {len(groups)} skopeo sync files and sync.sh to {out}")
+        return EXIT_OK
+    text = {"markdown": to_markdown, "json": to_json, "sync": to_sync_text}[args.format](bom)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+    else:
+        print(text, end="")
+    return EXIT_OK
+
+
+def seeded_lock(stack: Stack, lock: ImageLock) -> ImageLock:
+    """``lock`` plus a placeholder for every runtime image it lacks, so a new image can be rendered, then locked."""
+    directory = stack.root / stack.config.runtimes.directory
+    seeded = lock
+    for name in stack.config.runtimes.approved:
+        try:
+            doc = yaml.safe_load((directory / f"{name}.yaml").read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue  # the render reports the broken file
+        for _, container in containers_of(doc) if isinstance(doc, dict) else []:
+            try:
+                ref = ImageRef.parse(str(container.get("image", "")))
+            except ReferenceError:
+                continue
+            if ref.digest is None and seeded.entry(ref) is None:
+                seeded = seeded.with_entry(ref, LockEntry(placeholder_digest(str(ref)), "placeholder"))
+    return seeded
+
+
+def _endpoints(values: list[str]) -> dict[str, str]:
+    out = {}
+    for value in values:
+        host, sep, url = value.partition("=")
+        if not sep or not host or not url.startswith(("http://", "https://")):
+            raise UsageError(f"--endpoint {value!r}: expected HOST=http(s)://ADDRESS[:PORT]")
+        out[host] = url
+    return out
+
+
+def _cmd_images_lock(args: argparse.Namespace) -> int:
+    stack = open_stack(args.stack)
+    lock_path = Path(args.lock) if args.lock else None
+    config = stack.config
+    if lock_path is not None:
+        config = config.model_copy(update={"images": config.images.model_copy(update={"lock_file": str(lock_path.resolve())})})
+        stack = Stack(stack.name, stack.path, stack.root, config)
+    try:
+        lock = image_lock(config, stack.root)
+    except LockFileError as exc:
+        raise UsageError(str(exc)) from None
+    path = lock.path or stack.root / config.images.lock_file
+    rendered = render_platform(config, stack.root, stack.path.parent, lock=seeded_lock(stack, lock))
+    bom = build_bom(stack, rendered)
+    client = RegistryClient(_endpoints(args.endpoint), Credentials.from_environment(), insecure=args.insecure)
+    upstream = {image.reference: image.upstream for image in bom.images}
+    updated, errors, changed = lock, [], 0
+    for ref in lock_references(bom):
+        try:
+            digest = client.digest(ref)
+        except RegistryError as exc:
+            errors.append(str(exc))
+            continue
+        old = lock.entry(ref)
+        entry = LockEntry(digest, "registry", upstream.get(ref.tagged) or (old.upstream if old else None))
+        if old != entry:
+            changed += 1
+            print(f"{ref.tagged}: {old.digest if old else '(none)'} ({old.source if old else 'missing'}) -> {digest}")
+        updated = updated.with_entry(ref, entry)
+    if errors:
+        print("error: the lock was not changed; these images could not be resolved:", file=sys.stderr)
+        for error in errors:
+            print(f"  {error}", file=sys.stderr)
+        return EXIT_VIOLATIONS
+    path.write_text(updated.dump(), encoding="utf-8")
+    print(f"{path}: {len(lock_references(bom))} images of {stack.name} locked from the registry ({changed} changed)")
+    return EXIT_OK
+
+
+def _cmd_images_verify(args: argparse.Namespace) -> int:
+    stack = open_stack(args.stack)
+    found = unlocked_images(stack)
+    for problem in found:
+        print(f"{'error' if problem.error else 'warning'}: {problem.message}", file=sys.stderr)
+    errors = sum(p.error for p in found)
+    print(f"{stack.name}: {errors} errors, {len(found) - errors} warnings"
+          + (" (stack protects data: placeholder and missing digests are refused)" if stack.config.lifecycle.protect_data
+             else " (stack does not protect data: placeholders only warn)"))
+    return EXIT_VIOLATIONS if errors else EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    help_text = "bill of materials: every image (upstream, mirror, digest), chart and CRD file of a stack"
+    bom = subparsers.add_parser("bom", help=help_text, description=help_text)
+    bom.add_argument("stack", metavar="STACK", help=STACK_HELP)
+    bom.add_argument("--format", choices=("markdown", "json", "sync"), default="markdown",
+                     help="markdown (default), json, or sync: the skopeo `sync --src yaml` list")
+    bom.add_argument("--out", metavar="PATH", help="write to PATH (for --format sync: a directory of YAML files + sync.sh)")
+    bom.set_defaults(func=_cmd_bom)
+
+    images = subparsers.add_parser("images", help="the image lock: fill it from the mirror, or verify it",
+                                   description="The image lock (images.lock.yaml): reference -> digest in the mirror.")
+    actions = images.add_subparsers(dest="images_command", required=True, metavar="ACTION")
+    lock = actions.add_parser("lock", help="ask the mirror registry for every image's digest and rewrite the lock",
+                              description="Ask the registry (OCI distribution API) for the digest of every image STACK "
+                                          f"uses and rewrite the lock. Credentials: ${'{'}TRAINYARD_REGISTRY_USERNAME{'}'}, "
+                                          f"${'{'}TRAINYARD_REGISTRY_PASSWORD{'}'}.")
+    lock.add_argument("stack", metavar="STACK", help=STACK_HELP)
+    lock.add_argument("--endpoint", action="append", default=[], metavar="HOST=URL",
+                      help="ask URL for registry HOST (e.g. registry.example.com=http://127.0.0.1:5000); repeatable")
+    lock.add_argument("--insecure", action="store_true", help="allow plain http endpoints and unverified TLS")
+    lock.add_argument("--lock", metavar="FILE", help="lock file to write (default: the stack's images.lock_file)")
+    lock.set_defaults(func=_cmd_images_lock)
+    verify = actions.add_parser("verify", help="list placeholder and missing digests (exit 1 where the stack protects data)")
+    verify.add_argument("stack", metavar="STACK", help=STACK_HELP)
+    verify.set_defaults(func=_cmd_images_verify)
+
+
+if register not in EXTRA_COMMANDS:
+    EXTRA_COMMANDS.append(register)
