@@ -151,10 +151,11 @@ def test_the_provisioning_job_is_renamed_when_what_it_applies_changes_and_only_t
 
 
 def test_the_provisioning_job_runs_restricted_with_the_pinned_image_and_no_token() -> None:
-    job = job_of(stack("prod").config)
+    (job,) = rendered("prod").concern("object-store").after_releases
     pod = job["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert "@sha256:" in container["image"]
+    # By tag in the stack, pinned by the image lock.
+    assert container["image"].startswith("registry.trainyard.internal/trainyard/object-store-provisioner:1.0.0@sha256:")
     assert pod["automountServiceAccountToken"] is False
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}

@@ -104,15 +104,19 @@ def test_bom_lists_controllers_runtimes_and_chart_images_with_their_sources() ->
     assert torch.upstream == "docker.io/pytorch/pytorch:2.10.0-cuda12.8-cudnn9-runtime"
     assert torch.sources == ("runtime:torch-distributed",)
     assert {c.release: c.images_from for c in bom.charts} == {"jobset": "templates", "kueue": "templates",
-                                                              "trainer": "templates"}
-    assert len(bom.crds) == 15 and all(len(c.blob_sha) == 40 for c in bom.crds)
+                                                              "trainer": "templates", "minio-operator": "templates",
+                                                              "minio-tenant": "templates"}
+    # Kueue, JobSet and Trainer's 15, and MinIO's Tenant and PolicyBinding.
+    assert len(bom.crds) == 17 and all(len(c.blob_sha) == 40 for c in bom.crds)
+    provisioner = next(i for i in bom.images if i.reference.startswith("registry.trainyard.internal/trainyard/"))
+    assert provisioner.sources == ("object-store:provisioner",)
     assert "| `registry.trainyard.internal/mirror/kueue/kueue:v0.19.2` |" in to_markdown(bom)
 
 
 def test_local_bom_leaves_out_images_of_external_controllers() -> None:
     bom = build_bom(stack("local"), rendered("local"))
     assert all(not s.startswith(("controller:", "chart:")) for image in bom.images for s in image.sources)
-    assert {c.release for c in bom.charts if c.external} == {"jobset", "kueue", "trainer"}
+    assert {c.release for c in bom.charts if c.external} == {"jobset", "kueue", "trainer", "seaweedfs"}
 
 
 def test_sync_list_groups_images_so_skopeo_keeps_the_mirror_layout() -> None:

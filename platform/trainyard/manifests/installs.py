@@ -85,9 +85,14 @@ def namespaces(config: PlatformConfig) -> list[Manifest]:
     ]
 
 
+def component_version(config: PlatformConfig, component: str) -> str:
+    """The stack's version of a catalog component (the MinIO tenant chart follows the operator's release)."""
+    return config.versions.minio if component == "minio-tenant" else str(getattr(config.versions, component))
+
+
 def upstream_image(config: PlatformConfig, component: str) -> ImageRef:
     """The controller image of ``component`` at the stack's version, as upstream publishes it."""
-    image = catalog.release(component, getattr(config.versions, component)).image
+    image = catalog.release(component, component_version(config, component)).image
     return ImageRef(image.registry, image.repository, image.tag)
 
 

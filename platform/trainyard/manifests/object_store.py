@@ -34,7 +34,7 @@ from trainyard.config.model import PlatformConfig, Tenant
 from trainyard.config.object_store import MINIO_TENANT_NAME, PURPOSES, ObjectStore, Purpose, ServiceIdentity
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.generated import GeneratedValue
-from trainyard.manifests.installs import COMPONENT_LABEL, ChartRelease
+from trainyard.manifests.installs import COMPONENT_LABEL, ChartRelease, component_version, upstream_image
 from trainyard.manifests.meta import NON_SECRET_KEYS, OBJECT_STORE_SECRET, TENANT_LABEL, Manifest, metadata
 from trainyard.manifests.network import NAMESPACE_NAME_LABEL
 from trainyard.supply.lock import ImageLock
@@ -350,8 +350,7 @@ def _admin_secret(store: ObjectStore) -> Manifest:
 
 def _image(config: PlatformConfig, component: str, lock: ImageLock) -> ImageRef:
     """The image the cluster pulls: upstream or under the stack's mirror, pinned by the stack's image lock."""
-    image = catalog.release(component, _version(config, component)).image
-    return lock.pin(mirrored(ImageRef(image.registry, image.repository, image.tag), config.images.registry_mirror))
+    return lock.pin(mirrored(upstream_image(config, component), config.images.registry_mirror))
 
 
 def _tag(image: ImageRef) -> str:
@@ -359,12 +358,8 @@ def _tag(image: ImageRef) -> str:
     return f"{image.tag}@{image.digest}" if image.digest else str(image.tag)
 
 
-def _version(config: PlatformConfig, component: str) -> str:
-    return config.versions.minio if component.startswith("minio") else str(getattr(config.versions, component))
-
-
 def _chart(config: PlatformConfig, component: str, name: str, namespace_name: str, values: dict[str, Any]) -> ChartRelease:
-    pinned = catalog.release(component, _version(config, component))
+    pinned = catalog.release(component, component_version(config, component))
     backend = "minio" if component.startswith("minio") else component
     return ChartRelease(name=name, component=component, chart=pinned.chart.chart, repo=pinned.chart.repo,
                         version=pinned.version, namespace=namespace_name, values=values,

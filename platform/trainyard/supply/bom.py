@@ -168,7 +168,9 @@ def build_bom(stack: Stack, rendered: RenderedPlatform | None = None,
         images.append(BomImage(key, upstream_text, digest, status, tuple(sorted(entry["sources"]))))
 
     crds = []
-    for component in CRD_COMPONENTS:
+    from trainyard.manifests import object_store
+
+    for component in CRD_COMPONENTS + object_store.crd_components(config):
         pinned = catalog.release(component, getattr(config.versions, component))
         crds += [BomCrd(component, pinned.version, crd.name, pinned.crd_url(crd), crd.blob_sha) for crd in pinned.crds]
     return Bom(stack.name, config.environment, config.images.registry_mirror, config.lifecycle.protect_data,
