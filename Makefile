@@ -33,17 +33,13 @@ $(STAMP): pyproject.toml
 
 .PHONY: test
 test: setup lint typecheck helm ## Lint, type-check and run every offline test tier (unit, conformance, program, policy, review, charts)
-	$(BIN)/pytest -q -m "not cluster and not registry and not dataplane" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not cluster and not registry and not dataplane and not promtool" $(PYTEST_ARGS)
 
 # The chart-truth tier renders the upstream charts with helm built from Go modules, so
 # `make test` builds it first (cached: instant when current; ~4 min cold on 2 cores).
 .PHONY: helm
 helm: ## Build helm from Go modules (tools/build.sh helm), for the chart-truth tests
 	tools/build.sh helm
-
-.PHONY: test-dataplane
-test-dataplane: setup ## Data-plane tier: a real SeaweedFS (built by `make tools`) with Trainyard's identities and buckets
-	$(BIN)/pytest -q -s -m dataplane tests/dataplane $(PYTEST_ARGS)
 
 .PHONY: lint
 lint: setup ## ruff over the code, tests and policy pack
@@ -72,13 +68,15 @@ check: setup ## Policy check of a stack
 .PHONY: bench
 bench: setup ## Benchmarks (print figures; never part of the tests)
 	$(BIN)/python bench/bench_render.py
+	$(BIN)/python bench/bench_cli.py
 	@if [ -f bench/bench_diff.py ]; then $(BIN)/python bench/bench_diff.py; fi
 
 ##@ Rehearsal cluster and the real engine
 
 .PHONY: tools
-tools: ## Build every platform tool from Go modules (cached; tools/build.sh --list)
+tools: ## Build every platform tool from Go modules (cached; tools/build.sh --list), and the MLflow venv
 	tools/build.sh all
+	tools/mlflow/install.sh
 
 .PHONY: cluster-up cluster-down
 cluster-up: tools setup ## Start the local control plane (loopback) with the local stack's fake GPU nodes
@@ -101,6 +99,13 @@ test-registry: setup ## The registry tier: `trainyard images lock` against a rea
 .PHONY: test-cluster
 test-cluster: setup ## The cluster tier: real kube-apiserver + etcd, real Pulumi engine and provider
 	$(BIN)/pytest -q -m cluster tests/cluster $(PYTEST_ARGS)
+
+.PHONY: test-dataplane
+test-dataplane: setup ## The dataplane tier: a real SeaweedFS (weed) with Trainyard's identities and buckets; real MLflow (tools venv) + Debian PostgreSQL
+	$(BIN)/pytest -q --tb=short -m dataplane tests/dataplane $(PYTEST_ARGS)
+.PHONY: test-monitoring
+test-monitoring: setup ## Alert rules through the real promtool (check rules, test rules); after `make tools`
+	$(BIN)/pytest -q -m promtool tests/monitoring $(PYTEST_ARGS)
 
 .PHONY: clean
 clean: ## Remove rendered output and caches in the repo (not the tools cache)

@@ -28,7 +28,7 @@ fi
 export GOTOOLCHAIN=local
 export CGO_ENABLED="${CGO_ENABLED:-0}"
 
-ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane seaweedfs)
+ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool seaweedfs)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
@@ -43,6 +43,7 @@ CRANE_VERSION=v0.22.1       # github.com/google/go-containerregistry (tools/cran
 SEAWEEDFS_MODULE=github.com/seaweedfs/seaweedfs
 SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
 SEAWEEDFS_MODSUM="h1:LOYZFToHq9F7pSR6lkPGfkM8RmHlVFrzndKdhmNZjrU="
+PROMTOOL_VERSION=3.16.0     # VERSION file of github.com/prometheus/prometheus v0.316.0
 
 # ------------------------------------------------------ per-tool definition
 # tool_bins TOOL  -> lines "binary-name go-package"
@@ -62,6 +63,7 @@ tool_bins() {
     helm) echo "helm helm.sh/helm/v3/cmd/helm" ;;
     crane) echo "crane github.com/google/go-containerregistry/cmd/crane" ;;
     seaweedfs) echo "weed ./weed" ;;
+    promtool) echo "promtool github.com/prometheus/prometheus/cmd/promtool" ;;
     *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]})" >&2; return 2 ;;
   esac
 }
@@ -105,11 +107,19 @@ tool_ldflags() {
     # `crane version` reads this variable (cmd/crane/cmd/version.go); without it it prints "(devel)".
     crane) x=" -X github.com/google/go-containerregistry/cmd/crane/cmd.Version=$CRANE_VERSION" ;;
     seaweedfs) x=" -X $SEAWEEDFS_MODULE/weed/util/version.COMMIT=$SEAWEEDFS_VERSION" ;;
+    promtool) x=" -X github.com/prometheus/common/version.Version=$PROMTOOL_VERSION" ;;
   esac
   echo "-s -w$x"
 }
 
-tool_buildflags() { echo "-trimpath -mod=readonly -buildvcs=false"; }
+tool_buildflags() {
+  case "$1" in
+    # Rule checks and rule tests need no service discovery: drop the optional SD plugins
+    # (cloud SDKs). Ref: prometheus README "Building with selected service discovery".
+    promtool) echo "-trimpath -mod=readonly -buildvcs=false -tags remove_all_sd" ;;
+    *) echo "-trimpath -mod=readonly -buildvcs=false" ;;
+  esac
+}
 
 # ------------------------------------------------------------------ helpers
 log() { printf '%s\n' "$*" >&2; }

@@ -28,6 +28,8 @@ class ChartRef:
 
     chart: str
     repo: str | None = None
+    # The chart's own version where it differs from the component's (CloudNativePG chart 0.29.0 = operator 1.30.0).
+    version: str | None = None
 
     @property
     def name(self) -> str:
@@ -51,16 +53,33 @@ class Image:
 
 @dataclass(frozen=True)
 class Release:
-    """One pinned upstream release of a component."""
+    """One pinned upstream release of a component.
+
+    A CRD-only component (the prometheus-operator CRDs, whose operator the site runs itself)
+    has no chart, namespace or image: ``installed()`` refuses it.
+    """
 
     component: str
     version: str
     repository: str
     tag: str
-    chart: ChartRef
-    namespace: str
     crds: tuple[CrdFile, ...]
-    image: Image
+    chart: ChartRef | None = None
+    namespace: str = ""
+    image: Image | None = None
+    # The application version a chart deploys, where it differs from the chart version (MLflow chart 1.11.5 = MLflow 3.15.1).
+    app_version: str | None = None
+    # Further images the release runs besides ``image`` (init containers, operands), by role.
+    images: tuple[tuple[str, Image], ...] = ()
+
+    def image_for(self, role: str) -> Image:
+        return next(image for name, image in self.images if name == role)
+
+    def installed(self) -> tuple[ChartRef, str, Image]:
+        """(chart, namespace, image) of a component Trainyard installs."""
+        if self.chart is None or self.image is None or not self.namespace:
+            raise KeyError(f"{self.component} {self.version} is pinned for its CRDs only; it has no chart")
+        return self.chart, self.namespace, self.image
 
     def crd_url(self, crd: CrdFile) -> str:
         """The raw URL of a CRD file at this release's tag (used when no mirror is configured)."""
@@ -68,9 +87,13 @@ class Release:
         return f"https://raw.githubusercontent.com/{owner_repo}/{self.tag}/{crd.repo_path}"
 
 
-_KUEUE_CRDS = tuple(
-    CrdFile(f"kueue.x-k8s.io_{plural}.yaml", f"config/components/crd/bases/kueue.x-k8s.io_{plural}.yaml", sha)
-    for plural, sha in (
+def _crd_files(group: str, directory: str, blobs: tuple[tuple[str, str], ...]) -> tuple[CrdFile, ...]:
+    """The controller-gen CRD files ``<group>_<plural>.yaml`` in ``directory``, with their pinned blob SHAs."""
+    return tuple(CrdFile(f"{group}_{plural}.yaml", f"{directory}/{group}_{plural}.yaml", sha) for plural, sha in blobs)
+
+
+_KUEUE_CRDS = _crd_files(
+    "kueue.x-k8s.io", "config/components/crd/bases", (
         ("admissionchecks", "317662baa1e7653915510c627ac91c020926c0ca"),
         ("clusterqueues", "a605e10a33050f30a5a31a5240444216a2a4f553"),
         ("cohorts", "0a66adc3e955bf3ab7717452f67269ce2e84fd9b"),
@@ -91,9 +114,9 @@ _KUEUE_CRDS = tuple(
 # Ref: kueue v0.19.2 charts/kueue/templates/crd/*.yaml (spec.conversion.strategy: Webhook).
 KUEUE_CONVERTED_CRDS = ("clusterqueues", "cohorts", "localqueues", "multikueueclusters", "workloads")
 
-_TRAINER_CRDS = tuple(
-    CrdFile(f"trainer.kubeflow.org_{plural}.yaml", f"manifests/base/crds/trainer.kubeflow.org_{plural}.yaml", sha)
-    for plural, sha in (
+_TRAINER_CRDS = _crd_files(
+    "trainer.kubeflow.org", "manifests/base/crds", (
+
         ("clustertrainingruntimes", "567ec335d01e171ba0e41f63fc59da6cc34e4b9f"),
         ("trainingruntimes", "92de7e94370bd4f2b2e8468a97f7251607a88367"),
         ("trainjobs", "a5f2a17714acd92c11be743562498e83e20c25d1"),
@@ -115,6 +138,47 @@ _MINIO_CRDS = (
             "d1f4e303b0a71b712c127167be989989c458d145"),
     CrdFile("sts.min.io_policybindings.yaml", "resources/base/crds/sts.min.io_policybindings.yaml",
             "36099645884dbe98977581ccff3b994cfe8c4d96"),
+)
+
+# CloudNativePG 1.30.0 CRDs (config/crd/bases at v1.30.0); the chart ships the same in templates/crds/crds.yaml.
+# Ref: ../shared/crds/SOURCES.md, "cloudnative-pg v1.30.0".
+_CNPG_CRDS = _crd_files(
+    "postgresql.cnpg.io", "config/crd/bases", (
+        ("backups", "ffe59ea881c254ad64c0a9539ea40a43aab5852a"),
+        ("clusterimagecatalogs", "60b4af20a3cf17f81085f480e2226ad65883d186"),
+        ("clusters", "a65a1f0e93d46f092440ac42d1516a40822ca640"),
+        ("databaseroles", "7581f1f9cfe3180387e68be8f3d57b58b02dc197"),
+        ("databases", "5ec7f65d6df2bb50818811d596e252a5ece6023c"),
+        ("failoverquorums", "b35cf8bf9752da136fa319de643d8ff8d407f936"),
+        ("imagecatalogs", "8c3d4b442af6abfec180e2314fc144cc53e6bc25"),
+        ("poolers", "76df8b6022738f00c46839f0d896d7f0e0ddd60a"),
+        ("publications", "c833e9501e56246276ed879451c358556b362221"),
+        ("scheduledbackups", "8447e78fca3768de9caa03d717251da230513fcb"),
+        ("subscriptions", "c7cd47631e6056a356a87f0f10587ea873e8ccb8"),
+    ),
+)
+
+# Ref: deployments/gpu-operator/crds/ at v26.7.0 (the files the chart's crds/ directory installs);
+# blob SHAs from ../shared/crds/SOURCES.md. The resource.nvidia.com CRDs belong to the bundled DRA
+# driver, which Trainyard does not use (device plugin, not DRA).
+_GPU_OPERATOR_CRDS = tuple(
+    CrdFile(f"nvidia.com_{plural}.yaml", f"deployments/gpu-operator/crds/nvidia.com_{plural}.yaml", sha)
+    for plural, sha in (
+        ("clusterpolicies", "f589282b2001c999f233747f263bd29abaebe8b3"),
+        ("gpuclusters", "30ff8543d7025f0abb110a4575c8a79e571d54dc"),
+        ("nvidiadrivers", "959d57c5dcf6f6edf58e088695e3c7cefdd072ee"),
+    )
+)
+
+# Only the three kinds Trainyard emits. Ref: example/prometheus-operator-crd/ at v0.93.0.
+_PROMETHEUS_OPERATOR_CRDS = tuple(
+    CrdFile(f"monitoring.coreos.com_{plural}.yaml", f"example/prometheus-operator-crd/monitoring.coreos.com_{plural}.yaml",
+            sha)
+    for plural, sha in (
+        ("servicemonitors", "f5736255990a0e152851fadb55f84d6fd0f91d87"),
+        ("podmonitors", "5c1bde3d4a5f3131fd6c148ab933193b867173f2"),
+        ("prometheusrules", "b423c3225b18489ca7bbc5091f38f7003c4bf3fc"),
+    )
 )
 
 RELEASES: dict[tuple[str, str], Release] = {
@@ -188,12 +252,79 @@ RELEASES: dict[tuple[str, str], Release] = {
             # platform mirror, which is why a minio stack must set images.registry_mirror.
             image=Image("quay.io", "minio/minio", "RELEASE.2025-04-08T15-41-24Z"),
         ),
+        Release(
+            component="cnpg",
+            version="1.30.0",
+            repository="https://github.com/cloudnative-pg/cloudnative-pg",
+            tag="v1.30.0",
+            # Chart cloudnative-pg 0.29.0 deploys operator 1.30.0 (charts/cloudnative-pg/Chart.yaml appVersion).
+            # Ref: https://cloudnative-pg.github.io/charts (cloudnative-pg/charts tag cloudnative-pg-v0.29.0)
+            chart=ChartRef("cloudnative-pg", "https://cloudnative-pg.github.io/charts", version="0.29.0"),
+            namespace="cnpg-system",
+            crds=_CNPG_CRDS,
+            image=Image("ghcr.io", "cloudnative-pg/cloudnative-pg", "1.30.0"),
+            app_version="1.30.0",
+            # The operand image the operator defaults to at 1.30.0 (pkg/versions/versions.go); pinned here
+            # so that an operator upgrade never moves PostgreSQL by itself.
+            images=(("postgresql", Image("ghcr.io", "cloudnative-pg/postgresql", "18.4-system-trixie")),),
+        ),
+        Release(
+            component="mlflow",
+            version="1.11.5",
+            repository="https://github.com/community-charts/helm-charts",
+            tag="mlflow-1.11.5",
+            # Ref: https://community-charts.github.io/docs/charts/mlflow/ (chart 1.11.5, appVersion 3.15.1)
+            chart=ChartRef("mlflow", "https://community-charts.github.io/helm-charts"),
+            namespace="mlflow",
+            crds=(),
+            # The chart's default image (values.yaml image.repository), not the official mlflow/mlflow one:
+            # it bundles the PostgreSQL driver and boto3 the chart's server arguments rely on.
+            image=Image("docker.io", "burakince/mlflow", "3.15.1"),
+            app_version="3.15.1",
+            # values.yaml initImages.dbchecker / iniFileInitializer.
+            images=(("busybox", Image("docker.io", "library/busybox", "1.38.0")),),
+        ),
+        Release(
+            component="gpu_operator",
+            version="26.7.0",
+            repository="https://github.com/NVIDIA/gpu-operator",
+            tag="v26.7.0",
+            # Ref: https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/getting-started.html
+            chart=ChartRef("gpu-operator", repo="https://helm.ngc.nvidia.com/nvidia"),
+            namespace="gpu-operator",
+            crds=_GPU_OPERATOR_CRDS,
+            image=Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
+        ),
+        Release(
+            component="prometheus_operator",
+            version="0.93.0",
+            repository="https://github.com/prometheus-operator/prometheus-operator",
+            tag="v0.93.0",
+            crds=_PROMETHEUS_OPERATOR_CRDS,
+        ),
     )
+}
+
+# The GPU operator's operands, as its v26.7.0 chart pins them (deployments/gpu-operator/values.yaml;
+# the operator and validator default to the chart's appVersion, NFD to its subchart's appVersion).
+# Pinned here too, so that a mirror serves exactly these and an upgrade is one reviewed diff.
+GPU_OPERATOR_OPERANDS: dict[str, Image] = {
+    "operator": Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
+    "validator": Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
+    "driver": Image("nvcr.io", "nvidia/driver", "595.91.07"),
+    "driver.manager": Image("nvcr.io", "nvidia/cloud-native/k8s-driver-manager", "v0.12.0"),
+    "toolkit": Image("nvcr.io", "nvidia/k8s/container-toolkit", "v1.20.0"),
+    "devicePlugin": Image("nvcr.io", "nvidia/k8s-device-plugin", "v0.20.0"),
+    "gfd": Image("nvcr.io", "nvidia/k8s-device-plugin", "v0.20.0"),
+    "dcgmExporter": Image("nvcr.io", "nvidia/k8s/dcgm-exporter", "4.6.0-4.8.3-distroless"),
+    "migManager": Image("nvcr.io", "nvidia/cloud-native/k8s-mig-manager", "v0.15.0"),
+    "node-feature-discovery": Image("registry.k8s.io", "nfd/node-feature-discovery", "v0.19.0"),
 }
 
 # The directory name of each component inside a CRD mirror (layout of ../shared/crds).
 MIRROR_DIRS: dict[str, str] = {"kueue": "kueue", "jobset": "jobset", "trainer": "kubeflow-trainer",
-                               "minio": "minio-operator"}
+                               "minio": "minio-operator", "cnpg": "cloudnative-pg", "gpu_operator": "gpu-operator",
+                               "prometheus_operator": "prometheus-operator"}
 
 # A chart mirror (../shared/charts, TRAINYARD_CHARTS_DIR) holds each chart as
 # <dir>/<chart version>/, where <dir> is the chart's name except for these names, too generic
@@ -243,7 +374,8 @@ def chart_mirror_dir(name: str) -> str:
 
 
 DEFAULT_VERSIONS: dict[str, str] = {"kueue": "0.19.2", "jobset": "0.12.0", "trainer": "2.3.0", "seaweedfs": "4.44.0",
-                                    "minio": "7.1.1"}
+                                    "minio": "7.1.1", "cnpg": "1.30.0", "mlflow": "1.11.5", "gpu_operator": "26.7.0",
+                                    "prometheus_operator": "0.93.0"}
 
 # The S3 port and pod labels of each in-cluster object store, as its chart renders them. Tenants'
 # NetworkPolicy allow and the object store's own ingress policy are derived from these.
@@ -260,6 +392,13 @@ KUEUE_API = "kueue.x-k8s.io/v1beta2"
 KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+CNPG_API = "postgresql.cnpg.io/v1"
+# The barman-cloud CNPG-I plugin's API (its ObjectStore CRD is not in ../shared/crds).
+# Ref: cloudnative-pg/plugin-barman-cloud config/crd/bases/barmancloud.cnpg.io_objectstores.yaml
+BARMAN_CLOUD_API = "barmancloud.cnpg.io/v1"
+BARMAN_CLOUD_PLUGIN = "barman-cloud.cloudnative-pg.io"
+NVIDIA_API = "nvidia.com/v1alpha1"
+MONITORING_API = "monitoring.coreos.com/v1"
 
 # Helm, built from Go modules by tools/build.sh, renders the charts in tests/charts.
 HELM_VERSION = "v3.22.0"

@@ -42,6 +42,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
         written = write_rendered(rendered, out)
     except OutputDirError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"{exc.filename or out}: --out: cannot write: {exc.strerror}") from None
     counts: dict[str, int] = {}
     for obj in rendered.all_objects:
         counts[obj["kind"]] = counts.get(obj["kind"], 0) + 1
@@ -112,7 +114,14 @@ EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []  # type:
 def main(argv: Sequence[str] | None = None) -> int:
     _load_extensions()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    # argparse ends a `nargs="*"` positional at the first option, so `check prod -n team a.yaml`
+    # would leave a.yaml over: the files after an option belong to the same list.
+    files = getattr(args, "files", None)
+    if extras and isinstance(files, list) and not any(extra.startswith("-") for extra in extras):
+        files.extend(extras)
+    elif extras:
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
     handler = getattr(args, "func", None) or COMMANDS[args.command][1]
     try:
         return handler(args)

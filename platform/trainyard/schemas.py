@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -90,6 +91,41 @@ def _object_meta_schema() -> dict[str, Any]:
             "annotations": string_map,
         },
     }
+
+
+def crd_validators(crds: Iterable[Manifest]) -> dict[tuple[str, str], LazyValidator]:
+    """(apiVersion, kind) -> strict validator, for every served version of the given CRD manifests."""
+    out: dict[tuple[str, str], LazyValidator] = {}
+    for crd in crds:
+        spec = crd.get("spec") or {}
+        group, kind = spec.get("group"), (spec.get("names") or {}).get("kind")
+        for version in spec.get("versions") or ():
+            schema = (version.get("schema") or {}).get("openAPIV3Schema")
+            if schema and group and kind:
+                out[(f"{group}/{version['name']}", kind)] = LazyValidator(schema)
+    return out
+
+
+class LazyValidator:
+    """Builds the (large) strict schema only for the kinds actually validated."""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self._schema = schema
+        self._validator: jsonschema.protocols.Validator | None = None
+
+    def iter_errors(self, instance: Any) -> Iterator[jsonschema.ValidationError]:
+        if self._validator is None:
+            self._validator = jsonschema.Draft202012Validator(strict_crd_schema(self._schema))
+        return iter(self._validator.iter_errors(instance))
+
+
+def object_meta_errors(obj: Manifest) -> list[tuple[tuple[str | int, ...], str]]:
+    """(path parts, message) for what the API server refuses in any object's metadata (names, labels, annotations)."""
+    validator = jsonschema.Draft202012Validator(_object_meta_schema())
+    meta = obj.get("metadata")
+    known = {"name", "namespace", "labels", "annotations"}
+    shown = {k: v for k, v in meta.items() if k in known} if isinstance(meta, dict) else meta
+    return [(("metadata", *e.absolute_path), e.message) for e in validator.iter_errors(shown)]
 
 
 class Validator:

@@ -15,9 +15,14 @@ import pytest
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from tests.conftest import STACKS, rendered, stack
+from tests.conftest import ROOT, STACKS, rendered, stack
 from trainyard.manifests import kueue
 from trainyard.schemas import Validator, strict_crd_schema
+
+# Kinds whose CRD the mirror does not hold, so no schema can be applied: the barman-cloud
+# plugin's ObjectStore (neither plugin-barman-cloud's CRD nor its chart is in ../shared).
+# Once a mirror holds the CRD, these objects are validated like every other.
+NOT_IN_MIRROR = frozenset({("barmancloud.cnpg.io/v1", "ObjectStore")})
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +33,12 @@ def validator(crds: Path) -> Validator:
 @pytest.mark.parametrize("name", STACKS)
 def test_every_rendered_object_passes_its_strict_schema(name: str, validator: Validator) -> None:
     platform = rendered(name)
-    errors = [str(e) for obj in platform.all_objects for e in validator.errors(obj)]
+    checked = [o for o in platform.all_objects
+               if validator.knows(o["apiVersion"], o["kind"]) or (o["apiVersion"], o["kind"]) not in NOT_IN_MIRROR]
+    unchecked = sorted({f"{o['apiVersion']} {o['kind']}" for o in platform.all_objects if o not in checked})
+    if unchecked:
+        print(f"{name}: no CRD in the mirror, not schema-checked: {', '.join(unchecked)}")
+    errors = [str(e) for obj in checked for e in validator.errors(obj)]
     assert errors == [], "\n".join(errors)
     assert len(platform.all_objects) > 30
 
@@ -105,11 +115,26 @@ class _Selector(_Strict):
     matchExpressions: list[dict[str, str]]
 
 
+class _Metrics(_Strict):
+    bindAddress: str
+    enableClusterQueueResources: bool | None = None
+
+
+class _Transformation(_Strict):
+    input: str
+    strategy: Literal["Retain", "Replace"]
+    outputs: dict[str, str]
+
+
+class _Resources(_Strict):
+    transformations: list[_Transformation]
+
+
 class _Configuration(_Strict):
     apiVersion: Literal["config.kueue.x-k8s.io/v1beta2"]
     kind: Literal["Configuration"]
     health: dict[str, str]
-    metrics: dict[str, str]
+    metrics: _Metrics
     webhook: dict[str, int]
     leaderElection: dict[str, Any]
     manageJobsWithoutQueueName: bool
@@ -117,9 +142,10 @@ class _Configuration(_Strict):
     waitForPodsReady: _WaitForPodsReady
     integrations: dict[Literal["frameworks"], list[str]]
     fairSharing: dict[Literal["preemptionStrategies"], list[Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]]]
+    resources: _Resources | None = None
 
 
-@pytest.mark.parametrize("name", STACKS)
+@pytest.mark.parametrize("name", [*STACKS, str(ROOT / "tests" / "fixtures" / "stacks" / "Pulumi.gpu-sharing.yaml")])
 def test_kueue_controller_configuration_uses_only_v1beta2_fields(name: str) -> None:
     platform = rendered(name)
     (release,) = [r for r in platform.releases if r.name == "kueue"]

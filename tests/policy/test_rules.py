@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import needs_crds, rendered, stack
 from tests.policy.cases import GOOD_IMAGE, GPU, TENANT_NS, container, pod, trainjob, with_change
+from trainyard.manifests.gpu_operator import PSA_EXCEPTION_ANNOTATION
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, TENANT_LABEL
 from trainyard.policy import RULE_IDS, RULES_BY_ID, Context
@@ -83,6 +84,16 @@ CASES: dict[str, Case] = {
           "stringData": {"AWS_SECRET_ACCESS_KEY": "hunter2"}}],
         [pod(container(env=[{"name": "AWS_SECRET_ACCESS_KEY",
                              "valueFrom": {"secretKeyRef": {"name": "s3", "key": "secret"}}}]))]),
+    "mlflow-auth-on": lambda _: (
+        [pod(container(command=["mlflow"], args=["server", "--host=0.0.0.0"]))],
+        [pod(container(command=["mlflow"], args=["server", "--host=0.0.0.0", "--app-name=basic-auth"]))]),
+    "no-inline-mlflow-credentials": lambda _: (
+        [with_change(trainjob(), "spec.trainer.env", [{"name": "MLFLOW_TRACKING_PASSWORD", "value": "x"}]),
+         with_change(trainjob(), "spec.trainer.env", [{"name": "MLFLOW_TRACKING_URI",
+                                                       "value": "http://eval:pw@mlflow.mlflow.svc"}]),
+         with_change(trainjob(), "spec.trainer.env", [{"name": "MLFLOW_TRACKING_USERNAME", "valueFrom": {
+             "secretKeyRef": {"name": "borrowed", "key": "user"}}}])],
+        [with_change(trainjob(), "spec.trainer.env", [{"name": "MLFLOW_EXPERIMENT_NAME", "value": "sft"}])]),
     "trainjob-approved-runtime": lambda _: ([with_change(trainjob(), "spec.runtimeRef.name", "my-own-runtime")], [trainjob()]),
     "trainjob-queue-label": lambda objs: ([*objs, trainjob({PRIORITY_CLASS_LABEL: "standard"})], [*objs, trainjob()]),
     "trainjob-priority-class": lambda _: ([trainjob({QUEUE_NAME_LABEL: "default", PRIORITY_CLASS_LABEL: "critical"})],
@@ -97,7 +108,10 @@ CASES: dict[str, Case] = {
     "tenant-resource-quota": lambda objs: (_without(objs, "ResourceQuota", TENANT_NS), objs),
     "tenant-psa-restricted": lambda objs: ([*objs, _tenant_namespace("new-team", psa="baseline")],
                                            [*objs, _tenant_namespace("new-team")]),
-    "psa-no-weaker-level": lambda _: ([_tenant_namespace("x", psa="privileged")], [_tenant_namespace("x")]),
+    "psa-no-weaker-level": lambda objs: ([_tenant_namespace("x", psa="privileged")],
+                                         [_tenant_namespace("x"), _namespace_named(objs, "gpu-operator")]),
+    "psa-exception-exclusive": lambda objs: (
+        [*objs, _claiming_exception("x"), with_change(pod(), "metadata.namespace", "gpu-operator")], objs),
     "no-exposed-services": lambda _: ([_service("LoadBalancer")], [_service("ClusterIP")]),
     "netpol-no-internet-egress": lambda _: ([_egress_policy({"ipBlock": {"cidr": "0.0.0.0/0"}})],
                                             [_egress_policy({"ipBlock": {"cidr": "10.20.0.0/16"}})]),
@@ -137,12 +151,23 @@ def _deployment(image: str) -> dict[str, Any]:
 
 
 UNRENDERED_CHART = ChartRelease("exporter", "exporter", "oci://example.com/charts/exporter", "1.0.0", "monitoring")
+def _namespace_named(objs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(o for o in objs if o["kind"] == "Namespace" and o["metadata"]["name"] == name)
+
+
+def _claiming_exception(name: str) -> dict[str, Any]:
+    """A namespace that copies the GPU operator's exception annotation without being granted it."""
+    namespace = _tenant_namespace(name, psa="privileged")
+    namespace["metadata"]["annotations"] = {PSA_EXCEPTION_ANNOTATION: "needs host access"}
+    return namespace
 
 
 def _context(rule_id: str, flagged: bool) -> Context:
     config = stack("prod").config
     if rule_id == "data-protected":
         return Context(config, protection=lambda _: not flagged)
+    if rule_id == "mlflow-auth-on" and flagged:
+        return Context(config.model_copy(update={"mlflow": config.mlflow.model_copy(update={"auth": False})}))
     if rule_id == "security-references-exist" and flagged:
         admission = config.security.admission.model_copy(update={"training_runtime_tenants": ("no-such-team",)})
         security = config.security.model_copy(update={"admission": admission})

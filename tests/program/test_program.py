@@ -167,7 +167,7 @@ def test_charts_are_declared_only_for_controllers_that_are_not_external(monkeypa
     rendered("prod")
     prod, _ = run_program("prod", monkeypatch)
     assert sorted(r.name for r in prod.resources if r.typ == "kubernetes:helm.sh/v4:Chart") == [
-        "jobset", "kueue", "minio-operator", "minio-tenant", "trainer"]
+        "cnpg", "gpu-operator", "jobset", "kueue", "minio-operator", "minio-tenant", "mlflow", "trainer"]
     local, _ = run_program("local", monkeypatch)
     assert [r.name for r in local.resources if r.typ == "kubernetes:helm.sh/v4:Chart"] == []
 

@@ -207,8 +207,12 @@ def test_minio_without_a_mirror_is_refused() -> None:
 
 def test_external_endpoint_needs_its_networks_and_admin_secret_and_renders_no_server() -> None:
     data = platform_data("staging")
-    data["object_store"] = {"backend": "external", "provisioner_image": data["object_store"]["provisioner_image"],
-                            "external": {"endpoint_url": "https://s3.storage.example.com", "admin_secret": "s3-admin"}}
+    store = data["object_store"]
+    data["object_store"] = {"backend": "external", "provisioner_image": store["provisioner_image"],
+                            "external": {"endpoint_url": "https://s3.storage.example.com", "admin_secret": "s3-admin"},
+                            "platform_buckets": store["platform_buckets"], "services": store["services"]}
+    # MLflow's artifacts and backups follow the object store to its endpoint.
+    data["mlflow"]["object_store"]["endpoint_url"] = "https://s3.storage.example.com"
     assert any("security.network.object_store" in p for p in problems_of(data))
     data["security"]["network"]["object_store"] = {"cidrs": ["10.20.0.0/16"], "ports": [443]}
     config = config_of(data)

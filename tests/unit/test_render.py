@@ -67,7 +67,7 @@ def test_render_refuses_to_clobber_a_foreign_directory(tmp_path: Path, capsys: p
 def test_capacity_table_shows_physical_committed_and_limits(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["capacity", "prod"]) == 0
     out = capsys.readouterr().out
-    assert "| h100 | NVIDIA-H100-80GB-HBM3 | 32 x 8 | 256 | 256 | 0 | 100% |" in out
+    assert "| h100 | NVIDIA-H100-80GB-HBM3 | 32 x 8 | 256 | 256 | 0 | 100% | whole |" in out
     assert "| h100 | assistant | product | 32 | 32 | 8 | 64 |" in out
 
 
@@ -81,7 +81,9 @@ def test_validate_all_shipped_stacks(capsys: pytest.CaptureFixture[str]) -> None
 def test_render_groups_objects_by_concern_in_apply_order() -> None:
     platform = rendered("prod")
     assert [c.name for c in platform.concerns] == ["controllers", "queueing", "multikueue", "runtimes", "admission",
-                                                    "tenants", "network", "object-store", "object-store-services"]
+                                                    "tenants", "runtime-wiring", "network", "postgres-operator",
+                                                    "mlflow", "gpu-operator", "monitoring", "object-store",
+                                                    "object-store-services"]
     assert {o["kind"] for o in platform.concern("runtimes").objects} == {"ClusterTrainingRuntime"}
     assert {r.name for r in platform.concern("controllers").releases} == {"jobset", "kueue", "trainer"}
 

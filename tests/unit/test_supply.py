@@ -104,10 +104,11 @@ def test_bom_lists_controllers_runtimes_and_chart_images_with_their_sources() ->
     assert torch.upstream == "docker.io/pytorch/pytorch:2.10.0-cuda12.8-cudnn9-runtime"
     assert torch.sources == ("runtime:torch-distributed",)
     assert {c.release: c.images_from for c in bom.charts} == {"jobset": "templates", "kueue": "templates",
-                                                              "trainer": "templates", "minio-operator": "templates",
-                                                              "minio-tenant": "templates"}
-    # Kueue, JobSet and Trainer's 15, and MinIO's Tenant and PolicyBinding.
-    assert len(bom.crds) == 17 and all(len(c.blob_sha) == 40 for c in bom.crds)
+                                                              "trainer": "templates", "cnpg": "templates",
+                                                              "mlflow": "templates", "gpu-operator": "templates",
+                                                              "minio-operator": "templates", "minio-tenant": "templates"}
+    # Kueue, JobSet and Trainer's 15, CloudNativePG's 11, the GPU operator's and prometheus-operator's 3 each, MinIO's 2.
+    assert len(bom.crds) == 34 and all(len(c.blob_sha) == 40 for c in bom.crds)
     provisioner = next(i for i in bom.images if i.reference.startswith("registry.trainyard.internal/trainyard/"))
     assert provisioner.sources == ("object-store:provisioner",)
     assert "| `registry.trainyard.internal/mirror/kueue/kueue:v0.19.2` |" in to_markdown(bom)
@@ -131,9 +132,9 @@ def test_bom_sync_writes_one_yaml_per_destination_and_a_script(tmp_path: Path, c
     rendered("prod")
     assert main(["bom", "prod", "--format", "sync", "--out", str(tmp_path)]) == 0
     script = (tmp_path / "sync.sh").read_text()
-    assert ("skopeo sync --all --preserve-digests --src yaml --dest docker sync-04-mirror-kueue.yaml "
+    assert ("skopeo sync --all --preserve-digests --src yaml --dest docker sync-06-mirror-kueue.yaml "
             "registry.trainyard.internal/mirror/kueue") in script
-    assert yaml.safe_load((tmp_path / "sync-04-mirror-kueue.yaml").read_text()) == {
+    assert yaml.safe_load((tmp_path / "sync-06-mirror-kueue.yaml").read_text()) == {
         "registry.k8s.io": {"images": {"kueue/kueue": ["v0.19.2"]}}}
 
 

@@ -37,8 +37,9 @@ TYPE_PREFIX = "trainyard:platform"
 
 # Concerns that must wait for others (besides the CRDs, which everything waits for).
 # Kueue's and Trainer's webhooks validate queueing objects and runtimes.
+# MLflow's PostgreSQL Cluster and Database are admitted by the CloudNativePG operator's webhooks.
 AFTER: dict[str, tuple[str, ...]] = {"queueing": ("controllers",), "runtimes": ("controllers",),
-                                     "multikueue": ("controllers",)}
+                                     "multikueue": ("controllers",), "mlflow": ("postgres-operator",)}
 # Tenant namespaces are created only once their queues and the admission rules that guard them exist.
 TENANTS_AFTER: tuple[str, ...] = ("queueing", "admission")
 
@@ -93,6 +94,12 @@ def chart_child_kind(type_: str) -> str:
     return type_.rsplit(":", 1)[-1]
 
 
+def chart_child_object(type_: str) -> Manifest:
+    """apiVersion and kind of a chart child from its type token (``kubernetes:postgresql.cnpg.io/v1:Cluster``)."""
+    parts = type_.split(":")
+    return {"apiVersion": parts[1] if len(parts) == 3 else "v1", "kind": chart_child_kind(type_)}
+
+
 def retain_chart_data(protect: bool) -> pulumi.ResourceTransform:
     """A transform for a chart's children: those that hold data (a chart's CRDs, claims, StatefulSets)
     are retained on delete and protected like Trainyard's own (manifests/lifecycle.py).
@@ -101,7 +108,7 @@ def retain_chart_data(protect: bool) -> pulumi.ResourceTransform:
     destroying the release would delete the CRD and every object of its kind.
     """
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
-        if not args.custom or not holds_data({"kind": chart_child_kind(args.type_)}):
+        if not args.custom or not holds_data(chart_child_object(args.type_)):
             return None
         opts = pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(retain_on_delete=True, protect=protect))
         return pulumi.ResourceTransformResult(args.props, opts)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from fractions import Fraction
+from pathlib import PurePosixPath
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -30,6 +31,19 @@ _LABEL_KEY = re.compile(
 )
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(h|m|s|ms))+$")
+# A registry host (with an optional port) and at least the '/' that ends it.
+_IMAGE_PREFIX = re.compile(
+    r"^(?P<host>[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]{1,5})?)/(?P<path>([a-z0-9]([-a-z0-9._]*[a-z0-9])?/)*)$"
+)
+# Registries anyone can push to: the host alone approves every image of every user.
+# Ref: https://docs.docker.com/reference/cli/docker/image/pull/ (docker.io is the default registry)
+PUBLIC_REGISTRIES = frozenset({
+    "docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com", "ghcr.io", "quay.io", "gcr.io",
+    "nvcr.io", "registry.k8s.io", "k8s.gcr.io", "public.ecr.aws", "mcr.microsoft.com", "registry.gitlab.com",
+})
+# Kubernetes API integer fields (int32): priorities, thresholds, counts that become object fields.
+# Ref: kueue CRDs (workloadpriorityclasses value, clusterqueues maxPriorityThreshold: format int32)
+INT32_MAX = 2**31 - 1
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
@@ -44,9 +58,10 @@ def _dns_label(value: str) -> str:
 
 
 def _label_key(value: str) -> str:
-    name = value.rsplit("/", 1)[-1]
-    if len(name) > 63 or len(value) > 317 or not _LABEL_KEY.match(value):
-        raise ValueError(f"{value!r} is not a valid label key (optional DNS prefix '/', then a name of at most 63)")
+    prefix, _, name = value.rpartition("/")
+    if len(name) > 63 or len(prefix) > 253 or not _LABEL_KEY.match(value):
+        raise ValueError(f"{value!r} is not a valid label key (optional DNS prefix of at most 253 and '/', "
+                         "then a name of at most 63)")
     return value
 
 
@@ -57,7 +72,37 @@ def _label_value(value: str) -> str:
 
 
 def _quantity(value: int | str) -> int | str:
-    parse_quantity(value)
+    # Kubernetes keeps quantities as scaled int64; Kueue reads them as int64 (Value/MilliValue).
+    if parse_quantity(value) > 2**63 - 1:
+        raise ValueError(f"{value!r} is out of range for a Kubernetes quantity (at most 2^63-1)")
+    return value
+
+
+def _project_relative(value: str) -> str:
+    parts = PurePosixPath(value).parts
+    if not value or value.startswith("/") or ".." in parts or "\\" in value:
+        raise ValueError(f"{value!r} must be a directory inside the project (relative, no '..'): "
+                         "runtimes are reviewed with the stack")
+    return value
+
+
+def _image_prefix(value: str) -> str:
+    """An approved-registry or mirror prefix: a registry host, '/', then whole path segments."""
+    if any(ch in value for ch in "*?[]"):
+        raise ValueError(f"{value!r}: image prefixes are matched literally (startsWith); wildcards never match")
+    match = _IMAGE_PREFIX.match(value)
+    if not match:
+        raise ValueError(
+            f"{value!r} is not an image prefix: a registry host, '/', then optional path segments each ending in '/' "
+            "(e.g. 'registry.example.com/ml/'); without the final '/' it would also match "
+            f"'{value}-evil/...' or '{value}.evil.io/...'"
+        )
+    host = match["host"]
+    if "." not in host and ":" not in host and host != "localhost":
+        raise ValueError(f"{value!r}: {host!r} is not a registry host (a Docker Hub namespace would be docker.io/{host}/)")
+    if host.split(":")[0] in PUBLIC_REGISTRIES and not match["path"]:
+        raise ValueError(f"{value!r} approves every image anyone pushes to the public registry {host}; "
+                         "name the organisation's path (e.g. 'nvcr.io/nvidia/')")
     return value
 
 
@@ -73,6 +118,16 @@ LabelValue = Annotated[str, AfterValidator(_label_value)]
 Quantity = Annotated[int | str, AfterValidator(_quantity)]
 Duration = Annotated[str, AfterValidator(_duration)]
 Labels = dict[LabelKey, LabelValue]
+Int32 = Annotated[int, Field(ge=-INT32_MAX - 1, le=INT32_MAX)]
+Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
+ImagePrefix = Annotated[str, AfterValidator(_image_prefix)]
+ProjectPath = Annotated[str, AfterValidator(_project_relative)]
+# Free text that lands in an object (e.g. WorkloadPriorityClass.description, maxLength 2048 in the CRD).
+Text = Annotated[str, Field(max_length=2048)]
+# Identity-provider group bound by RoleBindings. 'system:' groups are Kubernetes' own (system:authenticated
+# is every user, system:masters is cluster-admin): binding a tenant role to one hands the tenant to all of them.
+# Ref: https://kubernetes.io/docs/reference/access-authn-authz/rbac/#referring-to-subjects
+Group = Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^\S(.*\S)?$")]
 
 
 class Model(BaseModel):
@@ -81,13 +136,27 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# gpu_operator.py builds on Model and the name types above, so it is imported here, not at the top.
+from trainyard.config.gpu_operator import (  # noqa: E402
+    COMPUTE_SLICES,
+    MIG_PREFIX,
+    GpuOperator,
+    Mig,
+    TimeSlicing,
+    advertised_resources,
+    mig_gpus,
+    validate_pool_sharing,
+)
+
+
 class ClusterAccess(Model):
     """How Pulumi reaches the cluster. An explicit provider is always used; there is no default provider."""
 
     name: Name = Field(description="Cluster identifier; appears in labels and review output.")
-    context: str = Field(description="kubeconfig context the Kubernetes provider uses.")
+    # An empty context would be the kubeconfig's current context: whatever cluster the shell points at.
+    context: str = Field(min_length=1, description="kubeconfig context the Kubernetes provider uses.")
     kubeconfig: str | None = Field(
-        default=None,
+        default=None, min_length=1,
         description="Path to a kubeconfig file; unset means the provider's usual lookup (KUBECONFIG, ~/.kube/config).",
     )
 
@@ -101,10 +170,15 @@ class Versions(Model):
     seaweedfs: str = Field(default=catalog.DEFAULT_VERSIONS["seaweedfs"], description="SeaweedFS chart release.")
     minio: str = Field(default=catalog.DEFAULT_VERSIONS["minio"],
                        description="MinIO Operator release (operator and tenant charts, CRDs).")
+    cnpg: str = Field(default=catalog.DEFAULT_VERSIONS["cnpg"], description="CloudNativePG operator release (chart and CRDs).")
+    mlflow: str = Field(default=catalog.DEFAULT_VERSIONS["mlflow"], description="MLflow community chart release.")
+    prometheus_operator: str = Field(
+        default=catalog.DEFAULT_VERSIONS["prometheus_operator"],
+        description="prometheus-operator release whose CRDs (ServiceMonitor, PodMonitor, PrometheusRule) are declared.")
 
     @model_validator(mode="after")
     def _known(self) -> Versions:
-        for component in ("kueue", "jobset", "trainer", "seaweedfs", "minio"):
+        for component in ("kueue", "jobset", "trainer", "seaweedfs", "minio", "cnpg", "mlflow", "prometheus_operator"):
             version = getattr(self, component)
             if (component, version) not in catalog.RELEASES:
                 known = ", ".join(catalog.known_versions(component))
@@ -144,19 +218,28 @@ class GpuPool(Model):
     """A set of identical GPU nodes. Each pool becomes one Kueue ResourceFlavor."""
 
     name: Name = Field(description="Pool name; also the ResourceFlavor name.")
-    gpu_product: str = Field(description="GPU product, as the GPU feature discovery label reports it.")
-    gpus_per_node: int = Field(gt=0, description="Allocatable nvidia.com/gpu per node.")
-    nodes: int = Field(gt=0, description="Number of nodes; physical GPUs = nodes x gpus_per_node.")
+    gpu_product: LabelValue = Field(min_length=1, description="GPU product, as the GPU feature discovery label reports it.")
+    gpus_per_node: int = Field(gt=0, le=INT32_MAX, description="Allocatable nvidia.com/gpu per node.")
+    nodes: int = Field(gt=0, le=INT32_MAX, description="Number of nodes; physical GPUs = nodes x gpus_per_node.")
     cpu_per_node: Quantity = Field(description="Allocatable CPU per node.")
     memory_per_node: Quantity = Field(description="Allocatable memory per node.")
-    node_labels: Labels = Field(description="Labels that select exactly this pool's nodes.")
+    # Ref: ResourceFlavor CRD spec.nodeLabels maxProperties 8, spec.tolerations maxItems 8.
+    node_labels: Labels = Field(max_length=8, description="Labels that select exactly this pool's nodes.")
     taints: tuple[Taint, ...] = Field(
-        default=(), description="Taints of the pool's nodes; the flavor tolerates them for admitted pods.")
+        default=(), max_length=8, description="Taints of the pool's nodes; the flavor tolerates them for admitted pods.")
     topology_labels: tuple[LabelKey, ...] = Field(
         default=(),
         description=f"Topology label keys the pool's nodes carry (e.g. block, rack); {HOSTNAME_LABEL} is implied.",
     )
     fake: bool = Field(default=False, description="Rehearsal only: nodes are fake Node objects with GPU capacity.")
+    driver: Literal["operator", "preinstalled"] = Field(
+        default="operator",
+        description="operator: the GPU operator installs the driver (one NVIDIADriver per pool); preinstalled: the "
+        "host image carries it and the nodes are labelled nvidia.com/gpu.deploy.driver=false.")
+    driver_version: str | None = Field(
+        default=None, description="Driver version for this pool; unset = gpu_operator.driver_version.")
+    mig: Mig | None = Field(default=None, description="MIG strategy and layout; unset = MIG off (whole GPUs).")
+    time_slicing: TimeSlicing | None = Field(default=None, description="Time-slicing replicas; unset = no sharing.")
 
     @property
     def gpus(self) -> int:
@@ -166,7 +249,22 @@ class GpuPool(Model):
     def _selects_nodes(self) -> GpuPool:
         if not self.node_labels:
             raise ValueError("node_labels must select the pool's nodes (at least one label)")
+        if self.fake:
+            # Fake nodes are named <pool>-<index>, and that name is their hostname label value (at most 63).
+            # Their topology labels are <pool>-<key suffix>-<domain index> (manifests/rehearsal.py).
+            values = [f"{self.name}-{self.nodes - 1}"] + [
+                f"{self.name}-{key.rsplit('/', 1)[-1].rsplit('-', 1)[-1]}-{self.nodes - 1}" for key in self.topology_labels]
+            longest = max(values, key=len)
+            if self.nodes > MAX_FAKE_NODES or len(longest) > 63:
+                raise FieldError(("nodes",), f"a fake pool has at most {MAX_FAKE_NODES} nodes, whose names and "
+                                             f"topology label values fit in 63 characters ({longest!r})")
+        if self.driver == "preinstalled" and self.driver_version is not None:
+            raise ValueError("driver_version only applies to driver: operator")
+        validate_pool_sharing(self)
         return self
+
+
+MAX_FAKE_NODES = 10_000
 
 
 class TopologyLevel(Model):
@@ -181,7 +279,9 @@ class Topology(Model):
     """
 
     name: Name = Field(default="default", description="Name of the Kueue Topology object.")
-    levels: tuple[TopologyLevel, ...] = Field(min_length=1, description="Levels, widest first; kubernetes.io/hostname only last.")
+    # Ref: Topology CRD spec.levels maxItems 16.
+    levels: tuple[TopologyLevel, ...] = Field(
+        min_length=1, max_length=16, description="Levels, widest first; kubernetes.io/hostname only last.")
 
     @model_validator(mode="after")
     def _levels(self) -> Topology:
@@ -200,9 +300,9 @@ class Requeuing(Model):
 
     timestamp: Literal["Eviction", "Creation"] = Field(default="Eviction", description="Requeue ordering timestamp.")
     backoff_limit_count: int | None = Field(
-        default=5, ge=0, description="Requeues before the workload is deactivated; null = forever.")
-    backoff_base_seconds: int = Field(default=60, gt=0, description="Base of the exponential requeue backoff.")
-    backoff_max_seconds: int = Field(default=3600, gt=0, description="Longest requeue backoff.")
+        default=5, ge=0, le=INT32_MAX, description="Requeues before the workload is deactivated; null = forever.")
+    backoff_base_seconds: int = Field(default=60, gt=0, le=INT32_MAX, description="Base of the exponential requeue backoff.")
+    backoff_max_seconds: int = Field(default=3600, gt=0, le=INT32_MAX, description="Longest requeue backoff.")
 
 
 class WaitForPodsReady(Model):
@@ -223,7 +323,7 @@ class FairSharing(Model):
 
 class BorrowWithinCohort(Model):
     policy: Literal["Never", "LowerPriority"] = Field(default="LowerPriority", description="Preempt to borrow within the cohort.")
-    max_priority_threshold: int | None = Field(default=None, description="Only preempt workloads at or below this priority.")
+    max_priority_threshold: Int32 | None = Field(default=None, description="Only preempt workloads at or below this priority.")
 
 
 class Preemption(Model):
@@ -252,12 +352,17 @@ class KueueSettings(Model):
     manage_jobs_without_queue_name: bool = Field(
         default=True, description="Suspend jobs in managed namespaces that name no queue (nothing bypasses quota)."
     )
+    mig_slice_budget: bool = Field(
+        default=False,
+        description="Also count every MIG instance as its compute slices (1g = 1 ... 7g = 7, a seventh of a GPU each) "
+        "in one budget per tenant (tenants[].mig_slices), through a Kueue resource transformation; per-profile quotas "
+        "still apply. See docs/components/gpu-operator.md.")
 
 
 class PriorityClass(Model):
     name: Name = Field(description="WorkloadPriorityClass name; TrainJobs select it with kueue.x-k8s.io/priority-class.")
-    value: int = Field(description="Higher runs first and may preempt lower.")
-    description: str = Field(default="", description="Shown to tenants.")
+    value: Int32 = Field(description="Higher runs first and may preempt lower.")
+    description: Text = Field(default="", description="Shown to tenants.")
 
 
 class Cohort(Model):
@@ -266,13 +371,30 @@ class Cohort(Model):
     fair_share_weight: Quantity | None = Field(default=None, description="Share of the parent under fair sharing.")
 
 
+class SharedQuota(Model):
+    """A tenant's quota of one shared-GPU resource (a MIG profile or time-sliced replicas) on one flavor."""
+
+    resource: str = Field(description="Resource the pool advertises, e.g. nvidia.com/mig-1g.18gb or nvidia.com/gpu.shared.")
+    nominal: int = Field(ge=0, description="Nominal quota, in units of the resource (slices or replicas).")
+    borrowing_limit: int | None = Field(default=None, ge=0, description="Units above nominal it may borrow; unset = no limit.")
+    lending_limit: int | None = Field(default=None, ge=0, description="Units of its nominal it may lend; unset = all.")
+
+    @model_validator(mode="after")
+    def _lending(self) -> SharedQuota:
+        if self.lending_limit is not None and self.lending_limit > self.nominal:
+            raise ValueError(f"lending_limit {self.lending_limit} exceeds the nominal quota of {self.nominal}")
+        return self
+
+
 class FlavorQuota(Model):
     """A tenant's quota on one GPU flavor. CPU and memory default to the GPU share of a node."""
 
     flavor: Name = Field(description="GPU pool (ResourceFlavor) name.")
-    gpus: int = Field(ge=0, description="Nominal GPU quota.")
-    borrowing_limit: int | None = Field(default=None, ge=0, description="GPUs above nominal it may borrow; unset = no limit.")
-    lending_limit: int | None = Field(default=None, ge=0, description="GPUs of its nominal it may lend; unset = all.")
+    gpus: Count = Field(description="Nominal quota of whole GPUs (nvidia.com/gpu as the pool advertises it).")
+    shared: tuple[SharedQuota, ...] = Field(
+        default=(), description="Quotas of the pool's shared-GPU resources (MIG profiles, time-sliced replicas).")
+    borrowing_limit: Count | None = Field(default=None, description="GPUs above nominal it may borrow; unset = no limit.")
+    lending_limit: Count | None = Field(default=None, description="GPUs of its nominal it may lend; unset = all.")
     cpu: Quantity | None = Field(default=None, description="Nominal CPU; default: the GPU share of the pool's node CPU.")
     memory: Quantity | None = Field(default=None, description="Nominal memory; default: the GPU share of node memory.")
 
@@ -280,12 +402,13 @@ class FlavorQuota(Model):
     def _lending(self) -> FlavorQuota:
         if self.lending_limit is not None and self.lending_limit > self.gpus:
             raise ValueError(f"lending_limit {self.lending_limit} exceeds the nominal quota of {self.gpus} GPUs")
+        _unique("shared (resource)", [q.resource for q in self.shared])
         return self
 
 
 class StorageQuota(Model):
     requests: Quantity = Field(default="1Ti", description="Total PVC storage requests in the namespace.")
-    persistent_volume_claims: int = Field(default=20, ge=0, description="Number of PVCs in the namespace.")
+    persistent_volume_claims: Count = Field(default=20, description="Number of PVCs in the namespace.")
 
 
 class Tenant(Model):
@@ -294,13 +417,17 @@ class Tenant(Model):
     name: Name = Field(description="Tenant name; also its ClusterQueue's name.")
     namespace: Name | None = Field(default=None, description="Defaults to the tenant name.")
     cohort: Name | None = Field(default=None, description="Cohort to borrow from and lend to; none = isolated quota.")
-    quotas: tuple[FlavorQuota, ...] = Field(min_length=1, description="Quota per GPU flavor.")
+    # Ref: ClusterQueue CRD spec.resourceGroups[].flavors maxItems 16.
+    quotas: tuple[FlavorQuota, ...] = Field(min_length=1, max_length=16, description="Quota per GPU flavor.")
     fair_share_weight: Quantity | None = Field(default=None, description="Share within the cohort under fair sharing.")
     priority_classes: tuple[Name, ...] = Field(default=(), description="Allowed WorkloadPriorityClasses.")
     default_priority_class: Name | None = Field(default=None, description="Documented default for the tenant's jobs.")
-    groups: tuple[str, ...] = Field(default=(), description="Identity-provider groups bound to the tenant role.")
+    groups: tuple[Group, ...] = Field(default=(), description="Identity-provider groups bound to the tenant role.")
     storage: StorageQuota = Field(default=StorageQuota(), description="Storage part of the namespace ResourceQuota.")
-    max_trainjobs: int = Field(default=50, ge=0, description="ResourceQuota on TrainJob objects in the namespace.")
+    max_trainjobs: Count = Field(default=50, description="ResourceQuota on TrainJob objects in the namespace.")
+    mig_slices: Count | None = Field(
+        default=None,
+        description="Budget of MIG compute slices across every MIG profile and pool (needs kueue.mig_slice_budget).")
 
     @property
     def namespace_name(self) -> str:
@@ -314,6 +441,11 @@ class Tenant(Model):
             raise ValueError(f"quotas repeat flavors: {', '.join(dupes)}")
         if self.default_priority_class and self.default_priority_class not in self.priority_classes:
             raise ValueError("default_priority_class must be one of priority_classes")
+        for i, group in enumerate(self.groups):
+            if group.startswith("system:"):
+                raise FieldError(("groups", i), f"{group!r} is a Kubernetes system group (system:authenticated is every "
+                                                "user); bind identity-provider groups only")
+        _unique("groups", list(self.groups))
         return self
 
 
@@ -328,9 +460,9 @@ class TopologyRequest(Model):
 class Runtimes(Model):
     """The approved ClusterTrainingRuntimes and where their images may come from."""
 
-    directory: str = Field(default="runtimes", description="Directory of reviewed runtime YAML, relative to the project.")
+    directory: ProjectPath = Field(default="runtimes", description="Directory of reviewed runtime YAML, relative to the project.")
     approved: tuple[Name, ...] = Field(min_length=1, description="Runtime names (file stems) to install.")
-    approved_registries: tuple[str, ...] = Field(
+    approved_registries: tuple[ImagePrefix, ...] = Field(
         min_length=1, description="Image prefixes allowed in runtimes and tenant workloads (e.g. 'registry.example.com/ml/')."
     )
     topology: TopologyRequest | None = Field(default=None, description="Topology annotation added to the runtimes' GPU pods.")
@@ -339,7 +471,7 @@ class Runtimes(Model):
 class Images(Model):
     """Where the controller images come from."""
 
-    registry_mirror: str | None = Field(
+    registry_mirror: ImagePrefix | None = Field(
         default=None,
         description="Prefix of the platform's image mirror (e.g. 'registry.example.com/mirror/'); controller images "
         "are pulled as <mirror><upstream repository>. Unset: the upstream registries.",
@@ -369,12 +501,15 @@ class Lifecycle(Model):
 class Rehearsal(Model):
     """Local rehearsal: which upstream controllers are external (CRDs and config applied, no Deployments)."""
 
-    external_controllers: tuple[Literal["kueue", "jobset", "trainer", "seaweedfs", "minio"], ...] = Field(
+    external_controllers: tuple[Literal["kueue", "jobset", "trainer", "seaweedfs", "minio", "cnpg", "mlflow"], ...] = Field(
         default=(), description="Controllers whose charts are not installed (CRDs and Trainyard objects still are); "
         "seaweedfs and minio name the object store's charts.")
 
 
-# security.py, multikueue.py and object_store.py build on Model and the name types above, so they are imported here.
+# security.py, multikueue.py, mlflow.py, monitoring.py and object_store.py build on Model and the name types above,
+# so they are imported here.
+from trainyard.config.mlflow import Mlflow  # noqa: E402
+from trainyard.config.monitoring import Monitoring  # noqa: E402
 from trainyard.config.multikueue import MultiKueue  # noqa: E402
 from trainyard.config.object_store import ObjectStore, check_object_store  # noqa: E402
 from trainyard.config.security import Security  # noqa: E402
@@ -388,6 +523,9 @@ class PlatformConfig(Model):
     versions: Versions = Field(default=Versions(), description="Upstream component versions.")
     crds: CrdSource = Field(default=CrdSource(), description="Where the upstream CRDs come from.")
     gpu_pools: tuple[GpuPool, ...] = Field(min_length=1, description="GPU node pools; one ResourceFlavor each.")
+    gpu_operator: GpuOperator | None = Field(
+        default=None, description="The NVIDIA GPU operator; unset = not installed (fake GPUs, or a site-managed stack).")
+    monitoring: Monitoring = Field(default=Monitoring(), description="Metrics, alerts and dashboards.")
     allow_overcommit: bool = Field(default=False, description="Allow nominal GPU quotas above the physical GPUs.")
     topology: Topology | None = Field(default=None, description="Topology-aware scheduling levels; none = TAS off.")
     kueue: KueueSettings = Field(default=KueueSettings(), description="Kueue controller and queue settings.")
@@ -403,9 +541,17 @@ class PlatformConfig(Model):
         default=None, description="MultiKueue role of this cluster (manager or worker); none = a single cluster.")
     object_store: ObjectStore | None = Field(
         default=None, description="Object storage (buckets and credentials per tenant); unset = none.")
+    mlflow: Mlflow = Field(default=Mlflow(), description="MLflow tracking server and model registry.")
 
     def pool(self, name: str) -> GpuPool:
         return next(p for p in self.gpu_pools if p.name == name)
+
+    def _system_namespaces(self) -> set[str]:
+        network = self.security.network
+        endpoints = [network.object_store, network.mlflow, network.egress_proxy]
+        return ({"default", network.dns.namespace, *network.metrics_from}
+                | {release.namespace for release in catalog.RELEASES.values()}
+                | {e.namespace for e in endpoints if e is not None and e.namespace is not None})
 
     @model_validator(mode="after")
     def _cross_field(self) -> PlatformConfig:  # noqa: PLR0912 - one place for every cross-field rule
@@ -423,7 +569,13 @@ class PlatformConfig(Model):
             if cohort.parent is not None and cohort.parent not in cohorts:
                 raise FieldError(("cohorts", i, "parent"), f"cohort {cohort.parent!r} is not defined in cohorts")
 
+        system = self._system_namespaces()
         for i, tenant in enumerate(self.tenants):
+            if tenant.namespace_name in system or tenant.namespace_name.startswith("kube-"):
+                # A tenant's Role, RoleBinding and default-deny policies would land in a system namespace.
+                raise FieldError(("tenants", i, "namespace" if tenant.namespace else "name"),
+                                 f"namespace {tenant.namespace_name!r} is a system namespace (default, kube-*, "
+                                 "a controller's or a platform service's); give the tenant its own")
             if tenant.cohort is not None and tenant.cohort not in cohorts:
                 raise FieldError(("tenants", i, "cohort"), f"cohort {tenant.cohort!r} is not defined in cohorts")
             for j, quota in enumerate(tenant.quotas):
@@ -444,16 +596,20 @@ class PlatformConfig(Model):
                         ("tenants", i, "priority_classes", j), f"priority class {priority!r} is not defined in priority_classes"
                     )
 
+        self._check_gpu_stack()
+        self._check_shared_quotas()
+        self._check_slice_budget()
         if not self.allow_overcommit:
             for pool in self.gpu_pools:
                 committed = sum(q.gpus for t in self.tenants for q in t.quotas if q.flavor == pool.name)
-                if committed > pool.gpus:
+                whole = advertised_resources(pool).get(catalog.GPU_RESOURCE, 0)
+                if committed > whole:
                     index = next(i for i, p in enumerate(self.gpu_pools) if p.name == pool.name)
                     raise FieldError(
                         ("gpu_pools", index),
                         f"nominal GPU quotas on flavor {pool.name!r} add up to {committed}, but the pool has "
-                        f"{pool.gpus} GPUs ({pool.nodes} nodes x {pool.gpus_per_node}); lower the quotas, "
-                        "add nodes, or set allow_overcommit: true",
+                        f"{whole} GPUs ({pool.nodes} nodes x {whole // pool.nodes} {catalog.GPU_RESOURCE}); lower "
+                        "the quotas, add nodes, or set allow_overcommit: true",
                     )
 
         if self.topology is not None:
@@ -478,6 +634,106 @@ class PlatformConfig(Model):
         check_object_store(self)
         return self
 
+    @model_validator(mode="after")
+    def _mlflow_reachable(self) -> PlatformConfig:
+        """Tenants' egress allow to MLflow must point at the MLflow that is deployed (namespace, pods, port)."""
+        if not self.mlflow.enabled:
+            return self
+        if self.object_store is None:
+            raise FieldError(("mlflow", "enabled"), "MLflow is enabled: its artifacts and backups need object_store "
+                                                    "(platform_buckets and a service in the MLflow namespace)")
+        endpoint = self.security.network.mlflow
+        where = ("security", "network", "mlflow")
+        if endpoint is None:
+            raise FieldError(where, "MLflow is enabled: tenants need security.network.mlflow to reach it "
+                                    f"(namespace {self.mlflow.namespace}, port {MLFLOW_PORT})")
+        if endpoint.namespace != self.mlflow.namespace:
+            raise FieldError((*where, "namespace"), f"MLflow runs in namespace {self.mlflow.namespace!r}, "
+                                                    f"not {endpoint.namespace!r}")
+        if endpoint.ports != (MLFLOW_PORT,):
+            raise FieldError((*where, "ports"), f"the MLflow pods listen on {MLFLOW_PORT} only (chart service.containerPort)")
+        unknown = {k: v for k, v in endpoint.pod_labels.items() if MLFLOW_POD_LABELS.get(k) != v}
+        if unknown:
+            raise FieldError((*where, "pod_labels"), f"the MLflow pods do not carry {unknown} "
+                                                     f"(they carry {MLFLOW_POD_LABELS})")
+        return self
+
+
+    def _check_gpu_stack(self) -> None:
+        """Sharing needs the operator; the operator's and monitoring's namespaces are no tenant's."""
+        for index, pool in enumerate(self.gpu_pools):
+            if self.gpu_operator is None and (pool.mig or pool.time_slicing) and not pool.fake:
+                what = "mig" if pool.mig else "time_slicing"
+                raise FieldError(("gpu_pools", index, what),
+                                 f"pool {pool.name!r} uses {what}, which the GPU operator configures; set gpu_operator")
+        prometheus = self.monitoring.prometheus.namespace
+        if self.monitoring.enabled and prometheus not in self.security.network.metrics_from:
+            # The controllers' NetworkPolicies admit their metrics port only from these namespaces.
+            raise FieldError(("monitoring", "prometheus", "namespace"),
+                             f"Prometheus in {prometheus!r} could not reach the controllers' metrics port: add "
+                             f"{prometheus!r} to security.network.metrics_from")
+        system = {"gpu_operator.namespace": self.gpu_operator.namespace if self.gpu_operator else None,
+                  "monitoring.namespace": self.monitoring.namespace if self.monitoring.enabled else None}
+        for index, tenant in enumerate(self.tenants):
+            for field, namespace in system.items():
+                if namespace is not None and tenant.namespace_name == namespace:
+                    raise FieldError(("tenants", index, "namespace"),
+                                     f"namespace {namespace!r} is the {field}; a tenant cannot live there")
+
+    def _check_slice_budget(self) -> None:
+        """With the budget on, every tenant holding MIG quota has a budget, and the budgets fit the MIG GPUs."""
+        on = self.kueue.mig_slice_budget
+        total = sum(COMPUTE_SLICES * gpus for pool in self.gpu_pools for gpus in [mig_gpus(pool)])
+        committed = 0
+        for index, tenant in enumerate(self.tenants):
+            mig = any(q.resource.startswith(MIG_PREFIX) for quota in tenant.quotas for q in quota.shared)
+            if tenant.mig_slices is not None and not on:
+                raise FieldError(("tenants", index, "mig_slices"), "set kueue.mig_slice_budget: true to use mig_slices")
+            if on and mig and tenant.mig_slices is None:
+                raise FieldError(("tenants", index, "mig_slices"),
+                                 "the tenant has MIG quotas and kueue.mig_slice_budget is on: give it a mig_slices budget")
+            committed += tenant.mig_slices or 0
+            if on and not self.allow_overcommit and committed > total:
+                raise FieldError(("tenants", index, "mig_slices"),
+                                 f"mig_slices budgets add up to {committed} with this one, but the MIG pools have "
+                                 f"{total} compute slices ({total // COMPUTE_SLICES} MIG GPUs x {COMPUTE_SLICES})")
+
+    def _check_shared_quotas(self) -> None:
+        """Shared quotas name resources their pool advertises and, summed, fit its slices or replicas."""
+        committed: dict[tuple[str, str], int] = {}
+        for i, tenant in enumerate(self.tenants):
+            for j, quota in enumerate(tenant.quotas):
+                if quota.flavor not in {p.name for p in self.gpu_pools}:
+                    continue
+                pool = self.pool(quota.flavor)
+                offered = advertised_resources(pool)
+                for k, shared in enumerate(quota.shared):
+                    path: tuple[str | int, ...] = ("tenants", i, "quotas", j, "shared", k)
+                    if shared.resource == catalog.GPU_RESOURCE or shared.resource not in offered:
+                        extra = sorted(set(offered) - {catalog.GPU_RESOURCE})
+                        raise FieldError((*path, "resource"),
+                                         f"pool {pool.name!r} does not advertise {shared.resource!r} as a shared "
+                                         f"resource (it offers: {', '.join(extra) or 'whole GPUs only, use gpus'})")
+                    if tenant.cohort is None and shared.borrowing_limit is not None:
+                        raise FieldError((*path, "borrowing_limit"),
+                                         "a tenant without a cohort cannot borrow; remove borrowing_limit or set cohort")
+                    key = (pool.name, shared.resource)
+                    committed[key] = committed.get(key, 0) + shared.nominal
+                    if not self.allow_overcommit and committed[key] > offered[shared.resource]:
+                        raise FieldError((*path, "nominal"),
+                                         f"nominal quotas of {shared.resource} on flavor {pool.name!r} add up to "
+                                         f"{committed[key]} with this one, but the pool advertises "
+                                         f"{offered[shared.resource]} ({pool.nodes} nodes x "
+                                         f"{offered[shared.resource] // pool.nodes}); lower the quota, change the "
+                                         "layout, or set allow_overcommit: true")
+
+
+
+# The MLflow chart's container port and pod selector labels (values.yaml service.containerPort;
+# templates/_helpers.tpl mlflow.selectorLabels with release name "mlflow").
+MLFLOW_PORT = 5000
+MLFLOW_POD_LABELS = {"app": "mlflow", "app.kubernetes.io/name": "mlflow", "app.kubernetes.io/instance": "mlflow"}
+
 
 class FieldError(ValueError):
     """A cross-field violation that knows the exact field path it is about."""
@@ -494,6 +750,6 @@ def _unique(field: str, names: list[str]) -> None:
         raise ValueError(f"{field}: names must be unique; repeated: {', '.join(dupes)}")
 
 
-def gpu_share(pool: GpuPool, gpus: int, per_node: int | str) -> Fraction:
+def gpu_share(pool: GpuPool, gpus: int | Fraction, per_node: int | str) -> Fraction:
     """The part of a per-node resource that ``gpus`` GPUs of ``pool`` stand for."""
     return parse_quantity(per_node) * gpus / pool.gpus_per_node

@@ -295,6 +295,35 @@ def check_object_store(config: PlatformConfig) -> None:
                              "or the tenant name")
     _check_services(config, store, buckets)
     _check_network(config, store)
+    _check_mlflow(config, store)
+
+
+def _check_mlflow(config: PlatformConfig, store: ObjectStore) -> None:
+    """MLflow's artifacts and backups are platform buckets of the service in MLflow's namespace, at this endpoint.
+
+    The service's credentials Secret (``trainyard-object-store`` in that namespace) is what the MLflow
+    server and the barman-cloud ObjectStore read (docs/components/mlflow.md).
+    """
+    from trainyard.config.model import FieldError
+    from trainyard.manifests.object_store import endpoint_url  # the manifests layer owns the Service names
+
+    mlflow = config.mlflow
+    if not mlflow.enabled or mlflow.object_store is None:
+        return
+    where = ("mlflow", "object_store")
+    expected = endpoint_url(config)
+    if mlflow.object_store.endpoint_url != expected:
+        raise FieldError((*where, "endpoint_url"),
+                         f"{mlflow.object_store.endpoint_url!r} is not the object store's endpoint {expected!r}")
+    platform = {b.name for b in store.platform_buckets}
+    service = next((s for s in store.services if s.namespace == mlflow.namespace), None)
+    for field in ("artifacts_bucket", "backups_bucket"):
+        bucket = getattr(mlflow.object_store, field)
+        if bucket not in platform:
+            raise FieldError((*where, field), f"{bucket!r} is not in object_store.platform_buckets")
+        if service is None or service.access != "read-write" or bucket not in service.buckets:
+            raise FieldError(("object_store", "services"),
+                             f"MLflow needs a read-write service in namespace {mlflow.namespace!r} with bucket {bucket!r}")
 
 
 def _check_services(config: PlatformConfig, store: ObjectStore, buckets: set[str]) -> None:

@@ -19,7 +19,14 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from trainyard.config.model import Labels, Model, Name
 
-_SERVICE_REF = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+# namespace (DNS-1123 label) / Service name (DNS-1035 label), each at most 63.
+# Ref: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#rfc-1035-label-names
+_SERVICE_REF = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+# The widest network an allowlist entry may name: a /8 is already 16 million addresses.
+MIN_PREFIX = {4: 8, 6: 16}
+_NEVER_ALLOWED = tuple(ipaddress.ip_network(n) for n in (
+    "169.254.0.0/16", "127.0.0.0/8", "224.0.0.0/4", "fe80::/10", "::1/128", "ff00::/8", "::ffff:0:0/96",
+))
 
 PolicyLevel = Literal["mandatory", "advisory", "disabled"]
 
@@ -32,6 +39,13 @@ def _cidr(value: str) -> str:
     if network.prefixlen == 0:
         # The whole internet is not an allowlist; name an egress proxy instead.
         raise ValueError(f"{value!r} allows every address; list the networks tenants need, or use egress_proxy")
+    if network.prefixlen < MIN_PREFIX[network.version]:
+        raise ValueError(f"{value!r} is wider than /{MIN_PREFIX[network.version]}: not an allowlist; "
+                         "list the networks tenants need, or use egress_proxy")
+    if any(network.overlaps(special) for special in _NEVER_ALLOWED if special.version == network.version):
+        # 169.254.169.254 is the cloud instance metadata service: node credentials for any pod that reaches it.
+        raise ValueError(f"{value!r} is a link-local, loopback, multicast or unspecified network, never a service "
+                         "tenants need (169.254.169.254 is the cloud metadata endpoint)")
     return value
 
 

@@ -12,14 +12,42 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import admission, crds, installs, kueue, multikueue, network, object_store, runtimes, tenants
+from trainyard.manifests import (
+    admission,
+    crds,
+    gpu_operator,
+    installs,
+    kueue,
+    mlflow,
+    monitoring,
+    multikueue,
+    network,
+    object_store,
+    runtimes,
+    tenants,
+)
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest, object_id, object_key
 from trainyard.supply.lock import ImageLock, LockFileError, load_lock
 
-# Components whose CRDs the platform declares, in apply order (JobSet before Trainer, which uses it).
+# Components whose CRDs every stack declares, in apply order (JobSet before Trainer, which uses it).
 CRD_COMPONENTS = ["jobset", "kueue", "trainer"]
+
+
+def crd_components(config: PlatformConfig) -> list[tuple[str, str]]:
+    """(component, version) of every CRD set the stack declares: the core, then those of the optional
+    concerns the stack turns on (CloudNativePG for MLflow, the GPU operator's, the prometheus-operator's).
+    All CRDs are applied before any other object."""
+    out = [(component, getattr(config.versions, component)) for component in CRD_COMPONENTS]
+    if config.mlflow.enabled:
+        out.append(("cnpg", config.versions.cnpg))
+    if config.gpu_operator is not None:
+        out.append(("gpu_operator", config.gpu_operator.version))
+    if config.monitoring.enabled and config.monitoring.declare_crds:
+        out.append(("prometheus_operator", config.versions.prometheus_operator))
+    out += object_store.crd_components(config)
+    return out
 
 
 @dataclass(frozen=True)
@@ -72,8 +100,7 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
     """Every object of the stack; ``lock`` replaces the stack's image lock file (``trainyard images lock``)."""
     try:
         lock = lock if lock is not None else image_lock(config, root)
-        crd_components = CRD_COMPONENTS + object_store.crd_components(config)
-        crd_docs = kueue.with_conversion_webhooks(config, crds.load_crds(config, crd_components, stack_dir))
+        crd_docs = kueue.with_conversion_webhooks(config, crds.load_crds(config, crd_components(config), stack_dir))
         # Every concern's builder, in apply order; a new concern adds one line (docs/architecture.md).
         concerns = (
             installs.build(config, lock),
@@ -82,7 +109,12 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
             runtimes.build(config, root, lock),
             admission.build(config),
             tenants.build(config),
+            runtimes.build_tenant_wiring(config),
             network.build(config),
+            mlflow.build_operator(config),
+            mlflow.build(config),
+            gpu_operator.build(config),
+            monitoring.build(config),
             object_store.build(config, lock),
             # Last: the service identities' Secrets go into namespaces other concerns declare.
             object_store.service_credentials(config),

@@ -11,11 +11,9 @@ Lookup order: the stack's ``crds.mirror_dir``; ``$TRAINYARD_CRDS_DIR``; the down
 
 from __future__ import annotations
 
-import copy
 import hashlib
+import json
 import os
-import urllib.error
-import urllib.request
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ import yaml
 
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
+from trainyard.derived_cache import derived_text
 from trainyard.manifests.meta import Manifest
 
 SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -55,24 +54,47 @@ def mirror_dirs(config: PlatformConfig, stack_dir: Path | None) -> list[Path]:
     return dirs
 
 
-def load_crds(config: PlatformConfig, components: list[str], stack_dir: Path | None = None) -> list[Manifest]:
-    """The CRD manifests of ``components`` at the stack's versions, in catalog order."""
+def load_crds(config: PlatformConfig, components: list[tuple[str, str]], stack_dir: Path | None = None) -> list[Manifest]:
+    """The CRD manifests of each (component, version), in catalog order."""
     out: list[Manifest] = []
-    for component in components:
-        release = catalog.release(component, getattr(config.versions, component))
+    for component, version in components:
+        release = catalog.release(component, version)
         for crd in release.crds:
             content = _read_verified(config, release, crd, stack_dir)
-            doc = copy.deepcopy(_parse(crd.blob_sha, content))
+            doc = _parse(crd.blob_sha, content)
             if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
                 raise CrdUnavailable(f"{crd.name} of {component} {release.version} is not a CustomResourceDefinition")
             out.append(doc)
     return out
 
 
-@lru_cache(maxsize=64)
 def _parse(blob_sha: str, content: bytes) -> Any:
-    """Parsed CRD, cached by content id: large CRDs take most of a render's time to parse."""
-    return yaml.load(content, Loader=SafeLoader)  # noqa: S506 - SafeLoader (C or pure Python)
+    """A fresh copy of the parsed CRD (callers may edit it), from its JSON form.
+
+    Parsing the YAML of the large CRDs took most of a render; the same document as JSON loads
+    many times faster, so it is cached by the content's blob SHA (the file was verified against
+    that SHA before this is called), in memory and on disk.
+    """
+    text = _json_text(blob_sha, content)
+    return json.loads(text) if text is not None else yaml.load(content, Loader=SafeLoader)  # noqa: S506 - safe
+
+
+@lru_cache(maxsize=64)
+def _json_text(blob_sha: str, content: bytes) -> str | None:
+    def compute() -> str | None:
+        doc = yaml.load(content, Loader=SafeLoader)  # noqa: S506 - SafeLoader (C or pure Python)
+        return _as_json(doc)
+
+    return derived_text("crd-json", ("crd-json/1", blob_sha, yaml.__version__), compute)
+
+
+def _as_json(doc: Any) -> str | None:
+    """JSON of ``doc`` when it round-trips exactly (YAML may hold dates or non-string keys: then None)."""
+    try:
+        text = json.dumps(doc, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return text if json.loads(text) == doc else None
 
 
 def _read_verified(config: PlatformConfig, release: catalog.Release, crd: catalog.CrdFile,
@@ -90,6 +112,9 @@ def _read_verified(config: PlatformConfig, release: catalog.Release, crd: catalo
             return content
     if config.crds.source != "release":
         raise CrdUnavailable(f"{relative} not found in the mirror ({', '.join(map(str, mirror_dirs(config, stack_dir)))})")
+    import urllib.error
+    import urllib.request
+
     url = release.crd_url(crd)
     try:
         with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 - pinned https URL

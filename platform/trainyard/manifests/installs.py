@@ -59,13 +59,14 @@ class ChartRelease:
 
 def _release(config: PlatformConfig, component: str, values: dict[str, Any]) -> ChartRelease:
     pinned = catalog.release(component, getattr(config.versions, component))
+    chart, namespace, _ = pinned.installed()
     return ChartRelease(
         name=component,
         component=component,
-        chart=pinned.chart.chart,
-        repo=pinned.chart.repo,
+        chart=chart.chart,
+        repo=chart.repo,
         version=pinned.version,
-        namespace=pinned.namespace,
+        namespace=namespace,
         values=values,
         external=component in config.rehearsal.external_controllers,
     )
@@ -92,8 +93,14 @@ def component_version(config: PlatformConfig, component: str) -> str:
 
 def upstream_image(config: PlatformConfig, component: str) -> ImageRef:
     """The controller image of ``component`` at the stack's version, as upstream publishes it."""
-    image = catalog.release(component, component_version(config, component)).image
+    _, _, image = catalog.release(component, component_version(config, component)).installed()
     return ImageRef(image.registry, image.repository, image.tag)
+
+
+def mirrored_parts(config: PlatformConfig, image: catalog.Image) -> tuple[str, str, str]:
+    """(registry, repository, tag) of an upstream image as the stack pulls it: under the mirror where it has one."""
+    ref = mirrored(ImageRef(image.registry, image.repository, image.tag), config.images.registry_mirror)
+    return ref.registry, ref.repository, str(ref.tag)
 
 
 def controller_image(config: PlatformConfig, component: str, lock: ImageLock) -> ImageRef:

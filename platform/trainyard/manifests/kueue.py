@@ -9,15 +9,21 @@ Ref: https://kueue.sigs.k8s.io/docs/concepts/ and the v0.19.2 CRDs in ../shared/
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 from trainyard import catalog
+from trainyard.config.gpu_operator import MIG_PREFIX, advertised_resources, compute_slices, gpu_equivalent, mig_resources
 from trainyard.config.model import FlavorQuota, GpuPool, PlatformConfig, Tenant, gpu_share
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import DEFAULT_LOCAL_QUEUE, TENANT_LABEL, Manifest, metadata
 from trainyard.quantity import format_quantity, parse_quantity
 
 API = catalog.KUEUE_API
+# The MIG slice budget (kueue.mig_slice_budget): a resource no pod requests, derived by a Kueue resource
+# transformation from each MIG instance a pod requests, and a flavor without node labels that holds its quota.
+MIG_SLICES = "trainyard.dev/mig-slices"
+MIG_SLICE_FLAVOR = "mig-slices"
 
 # The chart's webhook Service for a release named "kueue" (fullname = release name).
 # Ref: kueue v0.19.2 charts/kueue/templates/webhook/service.yaml ('{{ include "kueue.fullname" . }}-webhook-service').
@@ -69,7 +75,7 @@ def resource_flavor(config: PlatformConfig, pool: GpuPool) -> Manifest:
         spec["nodeTaints"] = [_taint(t.key, t.value, t.effect) for t in pool.taints]
         # Pods admitted to this flavor get tolerations for its taints, so tenants' jobs do not
         # need to know the pool's taints. Ref: ResourceFlavor v1beta2 spec.tolerations.
-        spec["tolerations"] = [_toleration(t.key, t.value, t.effect) for t in pool.taints]
+        spec["tolerations"] = [toleration_for(t.key, t.value, t.effect) for t in pool.taints]
     if config.topology is not None:
         spec["topologyName"] = config.topology.name
     return {
@@ -129,12 +135,19 @@ def cluster_queue_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
         # spec.admissionChecksStrategy (v1beta2 has no plain spec.admissionChecks list).
         spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": config.multikueue.admission_check}]}
     spec["resourceGroups"] = [{
-        "coveredResources": [catalog.GPU_RESOURCE, "cpu", "memory"],
+        "coveredResources": covered_resources(config, tenant),
         "flavors": [
-            {"name": quota.flavor, "resources": flavor_resources(config.pool(quota.flavor), quota)}
+            {"name": quota.flavor, "resources": flavor_resources(config.pool(quota.flavor), quota,
+                                                                 covered_resources(config, tenant))}
             for quota in tenant.quotas
         ],
     }]
+    if config.kueue.mig_slice_budget and tenant.mig_slices is not None:
+        # A second group: a resource or flavor can be in only one. Ref: Kueue docs, tasks/manage/share_quotas_across_flavors.
+        spec["resourceGroups"].append({
+            "coveredResources": [MIG_SLICES],
+            "flavors": [{"name": MIG_SLICE_FLAVOR, "resources": [{"name": MIG_SLICES, "nominalQuota": tenant.mig_slices}]}],
+        })
     return {
         "apiVersion": API,
         "kind": "ClusterQueue",
@@ -143,30 +156,85 @@ def cluster_queue_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
     }
 
 
-def flavor_resources(pool: GpuPool, quota: FlavorQuota) -> list[dict[str, Any]]:
-    """GPU, CPU and memory quotas of one flavor. CPU and memory follow the GPU share of a node."""
+def covered_resources(config: PlatformConfig, tenant: Tenant) -> list[str]:
+    """The resources of a tenant's one resource group: whole GPUs, every shared-GPU resource its flavors offer, CPU, memory.
+
+    One group, not one per kind of GPU: CPU and memory can be covered by only one group, and a
+    MIG pod asks for CPU and memory on the same flavor as its slices. A flavor lists every
+    covered resource; those it does not advertise get a zero quota, so Kueue never assigns it.
+    Ref: ClusterQueue v1beta2 spec.resourceGroups (a resource is in at most one group).
+    """
+    shared = sorted({name for quota in tenant.quotas for name in advertised_resources(config.pool(quota.flavor))}
+                    - {catalog.GPU_RESOURCE})
+    return [catalog.GPU_RESOURCE, *shared, "cpu", "memory"]
+
+
+def flavor_resources(pool: GpuPool, quota: FlavorQuota, covered: list[str] | None = None) -> list[dict[str, Any]]:
+    """Quotas of one flavor, in ``covered`` order. CPU and memory follow the GPU share of a node.
+
+    The share counts whole GPUs and shared units at their GPU equivalent (a 1g MIG slice is
+    1/7 of a GPU, a time-sliced replica 1/replicas).
+    """
+    covered = covered or [catalog.GPU_RESOURCE, "cpu", "memory"]
+    shared = {q.resource: q for q in quota.shared}
+
+    def equivalent(limit: str) -> Fraction | None:
+        """GPU equivalents of the nominal quota or of one limit; None when some GPU resource has no such limit."""
+        total = Fraction(0)
+        entries: list[tuple[int | None, Fraction]] = [
+            (getattr(quota, limit) if limit != "nominal" else quota.gpus, Fraction(1))]
+        entries += [(getattr(q, limit), gpu_equivalent(pool, q.resource)) for q in quota.shared]
+        for amount, per_unit in entries:
+            if amount is None:
+                return None
+            total += amount * per_unit
+        return total
+
+    nominal_gpus = equivalent("nominal") or Fraction(0)
 
     def amounts(per_node: int | str, explicit: int | str | None, binary: bool) -> dict[str, Any]:
-        nominal = parse_quantity(explicit) if explicit is not None else gpu_share(pool, quota.gpus, per_node)
+        nominal = parse_quantity(explicit) if explicit is not None else gpu_share(pool, nominal_gpus, per_node)
         # Limits scale with the same ratio as the GPU limits.
-        ratio = nominal / quota.gpus if quota.gpus else gpu_share(pool, 1, per_node)
-        out: dict[str, Any] = {"nominalQuota": format_quantity(nominal, binary=binary)}
-        if quota.borrowing_limit is not None:
-            out["borrowingLimit"] = format_quantity(ratio * quota.borrowing_limit, binary=binary)
-        if quota.lending_limit is not None:
-            out["lendingLimit"] = format_quantity(ratio * quota.lending_limit, binary=binary)
+        ratio = nominal / nominal_gpus if nominal_gpus else gpu_share(pool, 1, per_node)
+        out: dict[str, Any] = {"nominalQuota": _quantity_down(nominal, binary)}
+        for limit, key in (("borrowing_limit", "borrowingLimit"), ("lending_limit", "lendingLimit")):
+            gpus = equivalent(limit)
+            if gpus is not None:
+                out[key] = _quantity_down(ratio * gpus, binary)
         return out
 
-    gpu: dict[str, Any] = {"nominalQuota": quota.gpus}
-    if quota.borrowing_limit is not None:
-        gpu["borrowingLimit"] = quota.borrowing_limit
-    if quota.lending_limit is not None:
-        gpu["lendingLimit"] = quota.lending_limit
-    return [
-        {"name": catalog.GPU_RESOURCE, **gpu},
-        {"name": "cpu", **amounts(pool.cpu_per_node, quota.cpu, binary=False)},
-        {"name": "memory", **amounts(pool.memory_per_node, quota.memory, binary=True)},
-    ]
+    def units(nominal: int, borrowing: int | None, lending: int | None) -> dict[str, Any]:
+        out: dict[str, Any] = {"nominalQuota": nominal}
+        if borrowing is not None:
+            out["borrowingLimit"] = borrowing
+        if lending is not None:
+            out["lendingLimit"] = lending
+        return out
+
+    rows: list[dict[str, Any]] = []
+    for name in covered:
+        if name == catalog.GPU_RESOURCE:
+            rows.append({"name": name, **units(quota.gpus, quota.borrowing_limit, quota.lending_limit)})
+        elif name == "cpu":
+            rows.append({"name": name, **amounts(pool.cpu_per_node, quota.cpu, binary=False)})
+        elif name == "memory":
+            rows.append({"name": name, **amounts(pool.memory_per_node, quota.memory, binary=True)})
+        elif name in shared:
+            q = shared[name]
+            rows.append({"name": name, **units(q.nominal, q.borrowing_limit, q.lending_limit)})
+        else:
+            rows.append({"name": name, "nominalQuota": 0})
+    return rows
+
+
+def _quantity_down(value: Fraction, binary: bool) -> int | str:
+    """``value`` as a quantity; a share that is no exact quantity (a seventh of a node for a 1g MIG slice)
+    is rounded down to the milli-CPU or the MiB, so a derived quota never exceeds its share."""
+    try:
+        return format_quantity(value, binary=binary)
+    except ValueError:
+        unit = Fraction(1024 * 1024) if binary else Fraction(1, 1000)
+        return format_quantity(unit * (value // unit), binary=binary)
 
 
 def local_queue_for(tenant: Tenant) -> Manifest:
@@ -204,7 +272,11 @@ def controller_configuration(config: PlatformConfig) -> dict[str, Any]:
         "apiVersion": catalog.KUEUE_CONFIG_API,
         "kind": "Configuration",
         "health": {"healthProbeBindAddress": ":8081"},
-        "metrics": {"bindAddress": ":8443"},
+        # Per-ClusterQueue quota and usage gauges (kueue_cluster_queue_resource_usage, _nominal_quota, ...) are
+        # off by default; the alerts and dashboards of the monitoring concern read them.
+        # Ref: apis/config/v1beta2/configuration_types.go ControllerMetrics.EnableClusterQueueResources.
+        "metrics": {"bindAddress": ":8443",
+                    **({"enableClusterQueueResources": True} if config.monitoring.enabled else {})},
         "webhook": {"port": 9443},
         "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
         "manageJobsWithoutQueueName": settings.manage_jobs_without_queue_name,
@@ -215,7 +287,24 @@ def controller_configuration(config: PlatformConfig) -> dict[str, Any]:
     }
     if settings.fair_sharing.enabled:
         out["fairSharing"] = {"preemptionStrategies": list(settings.fair_sharing.preemption_strategies)}
+    if settings.mig_slice_budget:
+        out["resources"] = {"transformations": mig_slice_transformations(config)}
     return out
+
+
+def mig_slice_transformations(config: PlatformConfig) -> list[dict[str, Any]]:
+    """Each MIG instance also counts as its compute slices (1g.18gb -> 1, 3g.71gb -> 3); Retain keeps the profile itself.
+
+    Ref: apis/config/v1beta2/configuration_types.go ResourceTransformation (input, strategy, outputs) at v0.19.2;
+    KEP-2937 (resource transformer) for MIG.
+    """
+    return [{"input": name, "strategy": "Retain", "outputs": {MIG_SLICES: str(compute_slices(name.removeprefix(MIG_PREFIX)))}}
+            for name in mig_resources(config.gpu_pools)]
+
+
+def mig_slice_flavor() -> Manifest:
+    """The flavor of the slice budget: no node labels, since the budget is not a place."""
+    return {"apiVersion": API, "kind": "ResourceFlavor", "metadata": metadata(MIG_SLICE_FLAVOR), "spec": {}}
 
 
 def build(config: PlatformConfig) -> Concern:
@@ -223,6 +312,8 @@ def build(config: PlatformConfig) -> Concern:
     objects: list[Manifest] = []
     objects += topology(config)
     objects += [resource_flavor(config, pool) for pool in config.gpu_pools]
+    if config.kueue.mig_slice_budget:
+        objects.append(mig_slice_flavor())
     objects += [cohort(config, c.name) for c in config.cohorts]
     objects += workload_priority_classes(config)
     objects += [cluster_queue_for(config, tenant) for tenant in config.tenants]
@@ -237,7 +328,7 @@ def _taint(key: str, value: str | None, effect: str) -> dict[str, str]:
     return out
 
 
-def _toleration(key: str, value: str | None, effect: str) -> dict[str, str]:
+def toleration_for(key: str, value: str | None, effect: str) -> dict[str, str]:
     if value is None:
         return {"key": key, "operator": "Exists", "effect": effect}
     return {"key": key, "operator": "Equal", "value": value, "effect": effect}

@@ -45,7 +45,9 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 # visibility API on 8082 (charts/kueue/templates/visibility/service.yaml, targetPort 8082).
 # JobSet and Trainer: controller-runtime's webhook server default 9443 (Trainer's chart
 # excludes exactly that port from Istio: charts/kubeflow-trainer/templates/manager/deployment.yaml).
-WEBHOOK_PORTS: dict[str, tuple[int, ...]] = {"kueue": (9443, 8082), "jobset": (9443,), "trainer": (9443,)}
+# CloudNativePG: webhook.port 9443 (charts/cloudnative-pg values.yaml).
+WEBHOOK_PORTS: dict[str, tuple[int, ...]] = {"kueue": (9443, 8082), "jobset": (9443,), "trainer": (9443,),
+                                             "cnpg": (9443,)}
 METRICS_PORT = 8443
 
 

@@ -360,8 +360,9 @@ def _tag(image: ImageRef) -> str:
 
 def _chart(config: PlatformConfig, component: str, name: str, namespace_name: str, values: dict[str, Any]) -> ChartRelease:
     pinned = catalog.release(component, component_version(config, component))
+    chart, _, _ = pinned.installed()
     backend = "minio" if component.startswith("minio") else component
-    return ChartRelease(name=name, component=component, chart=pinned.chart.chart, repo=pinned.chart.repo,
+    return ChartRelease(name=name, component=component, chart=chart.chart, repo=chart.repo,
                         version=pinned.version, namespace=namespace_name, values=values,
                         external=backend in config.rehearsal.external_controllers)
 
@@ -533,6 +534,8 @@ def service_credentials(config: PlatformConfig) -> Concern:
                         for v in (i.access_key, i.secret_key)))
 
 
-def crd_components(config: PlatformConfig) -> list[str]:
-    """CRD components the backend needs (MinIO: Tenant and PolicyBinding)."""
-    return ["minio"] if config.object_store is not None and config.object_store.backend == "minio" else []
+def crd_components(config: PlatformConfig) -> list[tuple[str, str]]:
+    """(component, version) of the CRDs the backend needs (MinIO Operator: Tenant and PolicyBinding)."""
+    if config.object_store is not None and config.object_store.backend == "minio":
+        return [("minio", config.versions.minio)]
+    return []

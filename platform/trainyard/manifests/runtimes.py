@@ -1,11 +1,14 @@
 """Approved ClusterTrainingRuntimes, read from the reviewed YAML in ``runtimes/``.
 
 A runtime file is the reviewed source; the builder only adds what the stack decides:
-the approval label, and the Kueue topology annotation on the trainer pods when the
-stack asks for topology-aware placement. Images must come from an approved registry
-and be pinned by digest, so what was reviewed is what runs: a runtime file names an image
-by tag and the image lock (``trainyard.supply.lock``) supplies the digest the mirror serves,
-rendered as ``<name>:<tag>@<digest>``; a file may also pin a digest itself.
+the approval label, the Kueue topology annotation on the trainer pods when the stack asks
+for topology-aware placement, and the data-plane wiring (``data_plane_wiring``): every
+container reads the tenant's fixed-name Secrets with ``envFrom``, knows its TrainJob's
+name and its checkpoint location, and the initializer steps get the S3 settings Trainer's
+initializers read. Images must come from an approved registry and be pinned by digest, so
+what was reviewed is what runs: a runtime file names an image by tag and the image lock
+(``trainyard.supply.lock``) supplies the digest the mirror serves, rendered as
+``<name>:<tag>@<digest>``; a file may also pin a digest itself.
 """
 
 from __future__ import annotations
@@ -19,8 +22,17 @@ import yaml
 
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
+from trainyard.manifests import object_store
 from trainyard.manifests.concern import Concern
-from trainyard.manifests.meta import APPROVED_RUNTIME_LABEL, MANAGED_BY, Manifest
+from trainyard.manifests.meta import (
+    APPROVED_RUNTIME_LABEL,
+    MANAGED_BY,
+    MLFLOW_SECRET,
+    OBJECT_STORE_SECRET,
+    TENANT_LABEL,
+    Manifest,
+    metadata,
+)
 from trainyard.supply.lock import ImageLock
 from trainyard.supply.reference import ImageRef, ReferenceError
 
@@ -34,6 +46,18 @@ TOPOLOGY_ANNOTATIONS = {
 # Ref: kubeflow/trainer charts/kubeflow-trainer/files/runtimes/torch-distributed.yaml
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 INITIALIZER_STEPS = frozenset({"dataset-initializer", "model-initializer"})
+# JobSet labels every pod with its JobSet's name, which Trainer sets to the TrainJob's name; upstream's
+# cache runtime reads TRAIN_JOB_NAME the same way.
+# Ref: kubeflow/trainer charts/kubeflow-trainer/files/runtimes/torch-distributed-with-cache.yaml (v2.3.0)
+JOBSET_NAME_FIELD = "metadata.labels['jobset.sigs.k8s.io/jobset-name']"
+# Per-tenant ConfigMap naming the tenant's buckets, read with envFrom like the Secrets.
+BUCKETS_CONFIGMAP = "trainyard-buckets"
+CHECKPOINTS_BUCKET_KEY = "TRAINYARD_CHECKPOINTS_BUCKET"
+# What Trainer v2.3's S3 initializers read (upper-cased fields of S3DatasetInitializer / S3ModelInitializer),
+# and the key of the object-store Secret each one comes from.
+# Ref: kubeflow/trainer pkg/initializers/types/types.py (v2.3.0)
+INITIALIZER_S3_ENV = (("ENDPOINT", "AWS_ENDPOINT_URL"), ("ACCESS_KEY_ID", "AWS_ACCESS_KEY_ID"),
+                      ("SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY"), ("REGION", "AWS_DEFAULT_REGION"))
 
 
 class RuntimeFileError(Exception):
@@ -96,6 +120,65 @@ def load_runtime(path: Path, config: PlatformConfig, lock: ImageLock | None = No
     return doc
 
 
+def checkpoints_bucket(config: PlatformConfig, tenant_name: str) -> str:
+    """The tenant's checkpoints bucket: the object-store concern's name for it (bucket_prefix included);
+    ``<tenant>-checkpoints`` for a stack that opens a path to an object store it does not declare."""
+    if config.object_store is None:
+        return f"{tenant_name}-checkpoints"
+    return object_store.bucket_name(config, tenant_name, "checkpoints")
+
+
+def wires_object_store(config: PlatformConfig) -> bool:
+    # Tenants reach an object store when the stack declares one (the allow is derived from it) or
+    # opens the path to one by hand.
+    return config.object_store is not None or config.security.network.object_store is not None
+
+
+def data_plane_wiring(config: PlatformConfig, runtime: Manifest) -> None:
+    """Give every container of ``runtime`` the tenant's data-plane settings, without any key in the runtime.
+
+    - ``envFrom`` the fixed-name Secrets of the tenant namespace (object store: AWS_* for boto3, s3fs,
+      torch's S3 readers; MLflow: MLFLOW_TRACKING_URI/USERNAME/PASSWORD) and the bucket ConfigMap;
+    - ``TRAIN_JOB_NAME`` from the pod's JobSet label, and ``TRAINYARD_CHECKPOINT_URI`` =
+      ``s3://<tenant checkpoints bucket>/<trainjob name>/`` (Kubernetes expands ``$(VAR)`` from envFrom);
+    - on the dataset-initializer and model-initializer steps, ENDPOINT / ACCESS_KEY_ID / SECRET_ACCESS_KEY
+      / REGION from the object-store Secret, so ``spec.initializer.dataset.storageUri: s3://...`` works
+      with no key in the TrainJob (the Kubeflow SDK would otherwise write them there as plain env).
+    """
+    store, mlflow = wires_object_store(config), config.mlflow.enabled
+    if not store and not mlflow:
+        return
+    sources: list[dict[str, Any]] = []
+    if store:
+        sources += [{"secretRef": {"name": OBJECT_STORE_SECRET}}, {"configMapRef": {"name": BUCKETS_CONFIGMAP}}]
+    if mlflow:
+        sources.append({"secretRef": {"name": MLFLOW_SECRET}})
+    for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        step = ((job.get("template", {}).get("metadata") or {}).get("labels") or {}).get(ANCESTOR_LABEL)
+        pod = job["template"]["spec"]["template"]["spec"]
+        for container in pod.get("initContainers", []) + pod.get("containers", []):
+            container["envFrom"] = [*sources, *(container.get("envFrom") or [])]
+            env = [e for e in container.get("env") or [] if e.get("name") not in _WIRED_ENV]
+            wired: list[dict[str, Any]] = [
+                {"name": "TRAIN_JOB_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": JOBSET_NAME_FIELD}}}]
+            if store:
+                wired.append({"name": "TRAINYARD_CHECKPOINT_URI",
+                              "value": f"s3://$({CHECKPOINTS_BUCKET_KEY})/$(TRAIN_JOB_NAME)/"})
+                if step in INITIALIZER_STEPS and container.get("name") == job.get("name"):
+                    wired += [{"name": name, "valueFrom": {"secretKeyRef": {"name": OBJECT_STORE_SECRET, "key": key}}}
+                              for name, key in INITIALIZER_S3_ENV]
+            container["env"] = [*wired, *env]
+
+
+_WIRED_ENV = frozenset({"TRAIN_JOB_NAME", "TRAINYARD_CHECKPOINT_URI", *(name for name, _ in INITIALIZER_S3_ENV)})
+
+
+def buckets_configmap(config: PlatformConfig, tenant_name: str, namespace: str) -> Manifest:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": metadata(BUCKETS_CONFIGMAP, namespace=namespace, labels={TENANT_LABEL: tenant_name}),
+            "data": {CHECKPOINTS_BUCKET_KEY: checkpoints_bucket(config, tenant_name)}}
+
+
 def approved_runtime(config: PlatformConfig, source: Manifest) -> Manifest:
     runtime = copy.deepcopy(source)
     meta = runtime.setdefault("metadata", {})
@@ -111,6 +194,7 @@ def approved_runtime(config: PlatformConfig, source: Manifest) -> Manifest:
             pod_meta = pod_template.setdefault("metadata", {})
             pod_meta["annotations"] = {**(pod_meta.get("annotations") or {}),
                                        TOPOLOGY_ANNOTATIONS[request.mode]: level.node_label}
+    data_plane_wiring(config, runtime)
     return runtime
 
 
@@ -120,3 +204,14 @@ def build(config: PlatformConfig, root: Path, lock: ImageLock | None = None) -> 
     return Concern("runtimes", objects=tuple(
         approved_runtime(config, load_runtime(directory / f"{name}.yaml", config, lock))
         for name in config.runtimes.approved))
+
+
+def build_tenant_wiring(config: PlatformConfig) -> Concern:
+    """What the wired runtimes read in each tenant namespace besides the Secrets: the bucket ConfigMap.
+
+    A concern of its own, after ``tenants``, because its objects live in the tenant namespaces.
+    """
+    if not wires_object_store(config):
+        return Concern("runtime-wiring")
+    return Concern("runtime-wiring", tenant_objects={
+        t.name: (buckets_configmap(config, t.name, t.namespace_name),) for t in config.tenants})

@@ -14,19 +14,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import textwrap
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from trainyard.cli import EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
+from trainyard.config.load import YamlLoader, yaml_shape_problem
+from trainyard.manifests.gpu_operator import pod_security_exceptions
 from trainyard.manifests.meta import Manifest
-from trainyard.policy.crossguard import policy_config
-from trainyard.policy.engine import disabled_rules, evaluate
-from trainyard.policy.model import Finding
-from trainyard.policy.rules import RULES
 from trainyard.project import open_stack
+
+if TYPE_CHECKING:
+    from trainyard.policy.model import Finding
+
+# The rules are imported by the commands that run them: every `trainyard` command registers
+# these subcommands, and start-up time is most of a render.
 
 # Kinds without a namespace; --namespace is not applied to them.
 CLUSTER_SCOPED = frozenset({
@@ -36,38 +43,123 @@ CLUSTER_SCOPED = frozenset({
     "Topology", "WorkloadPriorityClass", "ClusterTrainingRuntime", "AdmissionCheck",
 })
 WRAP = {"message": 64, "hint": 56}
+# Deeper than any manifest (a CRD's schema nests ~40 levels), shallow enough for recursive rules.
+MAX_MANIFEST_DEPTH = 120
 COLUMNS = ("rule", "severity", "object", "message", "hint")
 
 
 def load_manifests(files: list[str], namespace: str | None = None) -> list[Manifest]:
     """Every document of every FILE; UsageError names the file, the document and what is wrong."""
-    out: list[Manifest] = []
+    return [manifest for _, manifest in load_sourced_manifests(files, namespace)]
+
+
+def load_sourced_manifests(files: list[str], namespace: str | None = None) -> list[tuple[str, Manifest]]:
+    """(where, manifest) for every document of every FILE; where is ``FILE (document N)``."""
+    out: list[tuple[str, Manifest]] = []
     for file in files:
         try:
-            docs = list(yaml.safe_load_all(Path(file).read_text(encoding="utf-8")))
+            docs = _documents(Path(file).read_bytes().decode("utf-8"), file)
         except OSError as exc:
-            raise UsageError(f"{file}: cannot read: {exc.strerror}") from None
+            raise UsageError(f"{file}: (file): cannot read: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{file}: (file): not UTF-8 text (byte {exc.start})") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"{file}:{mark.line + 1}" if mark is not None else file
-            raise UsageError(f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+            raise UsageError(f"{where}: (yaml): not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+        except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4300 digits
+            raise UsageError(f"{file}: (yaml): not valid YAML: {exc}") from None
         for index, doc in enumerate(d for d in docs if d is not None):
-            out.append(_manifest(doc, f"{file} (document {index + 1})", namespace))
+            where = f"{file} (document {index + 1})"
+            out.append((where, _manifest(doc, where, namespace)))
     return out
+
+
+_PLAIN_SEGMENT = re.compile(r"^[A-Za-z_][-\w./]*$")
+
+
+def field_path(parts: Iterable[str | int]) -> str:
+    """``spec.nodeLabels["odd key"][0]``: names as dotted segments, odd keys quoted, indices in brackets."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _PLAIN_SEGMENT.match(part):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{json.dumps(part)}]"
+    return out
+
+
+def check_schemas(sourced: list[tuple[str, Manifest]], crds: Sequence[Manifest]) -> None:
+    """Refuse extra manifests the API server would refuse: ObjectMeta of every one, and custom resources
+    of the stack's CRDs against their schemas (the rules read such fields and trust their types)."""
+    from trainyard.schemas import crd_validators, object_meta_errors
+
+    validators = crd_validators(crds)
+    for where, manifest in sourced:
+        problems = [(field_path(path), message) for path, message in object_meta_errors(manifest)]
+        validator = validators.get((manifest["apiVersion"], manifest["kind"]))
+        if validator is not None:
+            problems += [(field_path(e.absolute_path), e.message) for e in validator.iter_errors(manifest)]
+        if problems:
+            path, message = sorted(problems)[0]
+            raise UsageError(f"{where}: {path or '(document)'}: {message[:300]} (the API server would refuse it)")
+
+
+def _documents(text: str, file: str) -> list[Any]:
+    """Every document of a multi-document YAML text, refusing what a manifest cannot be (see parse_yaml)."""
+    loader = YamlLoader(text)
+    docs = []
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            problem = yaml_shape_problem(node, max_depth=MAX_MANIFEST_DEPTH) if node is not None else None
+            if problem is not None:
+                raise UsageError(problem.render(file))
+            docs.append(loader.construct_document(node))
+    finally:
+        loader.dispose()
+    return docs
 
 
 def _manifest(doc: Any, where: str, namespace: str | None) -> Manifest:
     if not isinstance(doc, dict):
-        raise UsageError(f"{where}: a manifest is a mapping with apiVersion, kind and metadata")
+        raise UsageError(f"{where}: (document): a manifest is a mapping with apiVersion, kind and metadata")
     for field in ("apiVersion", "kind"):
         if not isinstance(doc.get(field), str) or not doc[field]:
             raise UsageError(f"{where}: {field}: required field is missing")
     meta = doc.get("metadata")
-    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
         raise UsageError(f"{where}: metadata.name: required field is missing")
+    if meta.get("namespace") is not None and not isinstance(meta["namespace"], str):
+        raise UsageError(f"{where}: metadata.namespace: must be a string")
+    # The rules read manifests as the API server would accept them: JSON data, string keys.
+    problem = _non_json_value(doc)
+    if problem:
+        raise UsageError(f"{where}: {problem[0] or '(document)'}: {problem[1]}")
     if namespace and doc["kind"] not in CLUSTER_SCOPED and not meta.get("namespace"):
         meta["namespace"] = namespace
     return doc
+
+
+def _non_json_value(doc: Any) -> tuple[str, str] | None:
+    """(field path, reason) of the first value the API server could not receive as JSON, if any."""
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    return f"{path}[{key!r}]".lstrip("."), "keys are strings"
+                stack.append((f"{path}.{key}", item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            return path.lstrip("."), f"{value} is not a number"
+        elif not (value is None or isinstance(value, str | int | float | bool)):
+            return path.lstrip("."), f"a {type(value).__name__} value (YAML tag) is not JSON"
+    return None
 
 
 def format_table(findings: list[Finding]) -> str:
@@ -85,9 +177,14 @@ def format_table(findings: list[Finding]) -> str:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from trainyard.policy.engine import disabled_rules, evaluate
+    from trainyard.policy.rules import RULES
+
     stack = open_stack(args.stack)
-    extra = load_manifests(args.files, args.namespace)
+    sourced = load_sourced_manifests(args.files, args.namespace)
     rendered = stack.render()
+    check_schemas(sourced, rendered.crds)
+    extra = [manifest for _, manifest in sourced]
     findings = evaluate(stack.config, rendered, extra)
     if findings:
         print(format_table(findings), end="")
@@ -96,10 +193,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
     print(f"{stack.name}: {mandatory} mandatory, {len(findings) - mandatory} advisory findings "
           f"({len(RULES)} rules over {len(rendered.all_objects)} rendered + {len(extra)} extra objects"
           + (f"; disabled by the stack: {', '.join(disabled)}" if disabled else "") + ")")
+    for exception in pod_security_exceptions(stack.config):
+        print(f"reviewed exception: Namespace/{exception.namespace} enforces Pod Security {exception.level} "
+              f"({exception.reason})")
     return EXIT_VIOLATIONS if mandatory else EXIT_OK
 
 
 def _cmd_policy_config(args: argparse.Namespace) -> int:
+    from trainyard.policy.crossguard import policy_config
+
     stack = open_stack(args.stack)
     print(json.dumps(policy_config(stack.config), indent=2, sort_keys=True))
     return EXIT_OK

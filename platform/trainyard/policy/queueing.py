@@ -12,12 +12,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from trainyard import catalog
+from trainyard.config.gpu_operator import advertised_resources
 from trainyard.manifests.meta import Manifest
 from trainyard.policy.model import Context, object_rule, stack_rule
 from trainyard.policy.pods import as_dict, as_list, dig
 from trainyard.quantity import parse_quantity
 
 KUEUE_GROUP = catalog.KUEUE_API.split("/")[0]
+# Extended resources of NVIDIA GPUs: nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-<profile>.
+ACCELERATOR_PREFIX = "nvidia.com/"
 
 
 def _names(objects: Sequence[Manifest], kind: str) -> set[str]:
@@ -53,39 +56,44 @@ def flavor_topology_exists(objects: Sequence[Manifest], ctx: Context) -> Iterato
     yield from dangling(objects, "ResourceFlavor", "topologyName", "Topology")
 
 
-def nominal_gpus(cluster_queue: Manifest) -> dict[str, int]:
-    """Flavor -> nominal GPU quota of one ClusterQueue."""
-    out: dict[str, int] = {}
+def nominal_accelerators(cluster_queue: Manifest) -> dict[tuple[str, str], int]:
+    """(flavor, resource) -> nominal quota of every nvidia.com/ resource (whole GPUs, MIG slices, replicas)."""
+    out: dict[tuple[str, str], int] = {}
     for group in as_list(dig(cluster_queue, "spec", "resourceGroups")):
         for flavor in as_list(as_dict(group).get("flavors")):
             for item in as_list(as_dict(flavor).get("resources")):
                 resource = as_dict(item)
-                if resource.get("name") == catalog.GPU_RESOURCE:
+                name = str(resource.get("name"))
+                if name.startswith(ACCELERATOR_PREFIX):
                     try:
                         amount = int(parse_quantity(resource.get("nominalQuota", 0)))
                     except (ValueError, TypeError):
                         continue  # the schema check reports a malformed quantity
-                    name = str(as_dict(flavor).get("name"))
-                    out[name] = out.get(name, 0) + amount
+                    key = (str(as_dict(flavor).get("name")), name)
+                    out[key] = out.get(key, 0) + amount
     return out
 
 
-@stack_rule("quota-fits-capacity", "Nominal GPU quotas per flavor fit the flavor's physical GPUs.",
+@stack_rule("quota-fits-capacity", "Nominal GPU quotas per flavor fit what the flavor's pool advertises "
+            "(whole GPUs, MIG slices, time-sliced replicas).",
             "Lower the tenants' nominal quotas (lend through cohorts instead), add nodes to the pool, "
             "or set allow_overcommit: true after review.")
 def quota_fits_capacity(objects: Sequence[Manifest], ctx: Context) -> Iterator[tuple[Manifest | None, str]]:
-    committed: dict[str, int] = {}
+    committed: dict[tuple[str, str], int] = {}
     for obj in objects:
         if obj.get("kind") == "ClusterQueue":
-            for flavor, gpus in nominal_gpus(obj).items():
-                committed[flavor] = committed.get(flavor, 0) + gpus
+            for key, amount in nominal_accelerators(obj).items():
+                committed[key] = committed.get(key, 0) + amount
     pools = {p.name: p for p in ctx.config.gpu_pools}
-    for flavor, gpus in sorted(committed.items()):
+    for (flavor, resource), amount in sorted(committed.items()):
         pool = pools.get(flavor)
-        if pool is None and gpus > 0:
-            yield None, f"flavor {flavor!r} has {gpus} nominal GPUs but is not a GPU pool of the stack (no capacity)"
-        elif pool is not None and gpus > pool.gpus and not ctx.config.allow_overcommit:
-            yield None, f"flavor {flavor!r}: nominal GPU quotas add up to {gpus}, the pool has {pool.gpus}"
+        if pool is None and amount > 0:
+            yield None, f"flavor {flavor!r} has {amount} nominal {resource} but is not a GPU pool of the stack (no capacity)"
+        elif pool is not None and not ctx.config.allow_overcommit:
+            offered = advertised_resources(pool).get(resource, 0)
+            if amount > offered:
+                unit = "GPUs" if resource == catalog.GPU_RESOURCE else resource
+                yield None, f"flavor {flavor!r}: nominal {unit} quotas add up to {amount}, the pool has {offered}"
 
 
 RULES = (kueue_api_version, local_queue_cluster_queue, flavor_topology_exists, quota_fits_capacity)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from trainyard.manifests.gpu_operator import PSA_EXCEPTION_ANNOTATION, pod_security_exceptions
+from trainyard.manifests.installs import COMPONENT_LABEL
 from trainyard.manifests.meta import TENANT_LABEL, Manifest
 from trainyard.manifests.tenants import PSA_LEVEL
 from trainyard.policy.model import Context, StackCheck, object_rule, stack_rule
@@ -91,17 +93,48 @@ def tenant_psa_restricted(objects: Sequence[Manifest], ctx: Context) -> Iterator
             yield namespace, f"enforces Pod Security {level or 'privileged (no label)'}, not {PSA_LEVEL}"
 
 
-@object_rule("psa-no-weaker-level", "No namespace enforces a Pod Security level weaker than 'restricted'.",
+@object_rule("psa-no-weaker-level", "No namespace enforces a Pod Security level weaker than 'restricted', "
+             "except the stack's reviewed exceptions (the GPU operator's namespace).",
              f"Label the namespace {PSA_ENFORCE}: {PSA_LEVEL}; run what needs more in a reviewed system namespace "
              "with a stack severity override.")
 def psa_no_weaker_level(obj: Manifest, ctx: Context) -> Iterator[str]:
     if obj.get("kind") != "Namespace":
         return
     level = as_dict(_meta(obj).get("labels")).get(PSA_ENFORCE)
+    exception = next((e for e in pod_security_exceptions(ctx.config) if e.namespace == _meta(obj).get("name")), None)
+    if exception is not None and level == exception.level:
+        return
     if level is None:
         yield f"sets no {PSA_ENFORCE} label, so Pod Security defaults to privileged"
     elif level != PSA_LEVEL:
         yield f"enforces Pod Security {level!r}, weaker than {PSA_LEVEL}"
 
 
-RULES = (tenant_default_deny, tenant_local_queue, tenant_resource_quota, tenant_psa_restricted, psa_no_weaker_level)
+# Objects of these concerns may live in an exception namespace: the GPU operator's own, and the
+# ServiceMonitor and discovery Role of the monitoring concern.
+_EXCEPTION_OWNERS = frozenset({"gpu-operator", "monitoring"})
+
+
+@stack_rule("psa-exception-exclusive", "Only the stack's reviewed namespaces claim a Pod Security exception, and "
+            "nothing but their own component runs in them.",
+            "Remove the exception annotation, or move the object out of the GPU operator's namespace; exceptions "
+            "are set by gpu_operator.namespace only.")
+def psa_exception_exclusive(objects: Sequence[Manifest], ctx: Context) -> Iterator[tuple[Manifest | None, str]]:
+    allowed = {e.namespace for e in pod_security_exceptions(ctx.config)}
+    for obj in objects:
+        meta = _meta(obj)
+        if obj.get("kind") == "Namespace":
+            name = meta.get("name")
+            if PSA_EXCEPTION_ANNOTATION in as_dict(meta.get("annotations")) and name not in allowed:
+                yield obj, f"claims a Pod Security exception ({PSA_EXCEPTION_ANNOTATION}) the stack does not grant"
+            if name in allowed and TENANT_LABEL in as_dict(meta.get("labels")):
+                yield obj, "is a Pod Security exception and cannot be a tenant namespace"
+        elif meta.get("namespace") in allowed:
+            owner = as_dict(meta.get("labels")).get(COMPONENT_LABEL)
+            if owner not in _EXCEPTION_OWNERS:
+                yield obj, (f"lives in the privileged namespace {meta.get('namespace')}, which is reserved for the "
+                            f"GPU operator (its {COMPONENT_LABEL} is {owner or 'unset'})")
+
+
+RULES = (tenant_default_deny, tenant_local_queue, tenant_resource_quota, tenant_psa_restricted, psa_no_weaker_level,
+         psa_exception_exclusive)

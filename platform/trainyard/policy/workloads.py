@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 
 from trainyard import catalog
+from trainyard.manifests import generated
 from trainyard.manifests.meta import NON_SECRET_KEYS, Manifest
 from trainyard.manifests.runtimes import DIGEST, image_allowed
 from trainyard.policy.model import Context, object_rule
@@ -25,9 +26,11 @@ SECRET_NAME = re.compile(r"(password|passwd|secret|token|credential|private[-_]?
                          re.IGNORECASE)
 # Values that stand for something filled in at deploy time (render's "<redacted>", "<generated>").
 PLACEHOLDER = re.compile(r"^<[^<>]*>$")
-# A Secret value built around deploy-time generated values (trainyard.manifests.generated): the
-# secret part is generated, the rest (a JSON frame, "export NAME=") is reviewed text.
-GENERATED_PLACEHOLDER = re.compile(r"\$\{generated:[a-z0-9][a-z0-9./-]*[a-z0-9]\}")
+# Secret keys whose values are names and addresses, not secrets (a Secret such as trainyard-mlflow
+# carries the user name and the URI next to the password). Their values may be literal unless
+# they embed credentials (scheme://user:password@host).
+NON_SECRET_KEY = re.compile(r"(^|_)(username|user|uri|url|endpoint|region|host|port|dbname|database)$", re.IGNORECASE)
+EMBEDDED_CREDENTIALS = re.compile(r"://[^/@:\s]+:[^/@\s]+@")
 
 
 def _images(obj: Manifest) -> Iterator[tuple[str, str]]:
@@ -132,15 +135,22 @@ def no_plaintext_secrets(obj: Manifest, ctx: Context) -> Iterator[str]:
         public = set(str(as_dict(as_dict(obj.get("metadata")).get("annotations")).get(NON_SECRET_KEYS, "")).split(","))
         for field in ("data", "stringData"):
             for key, value in as_dict(obj.get(field)).items():
-                if (isinstance(value, str) and value and not PLACEHOLDER.match(value)
-                        and not GENERATED_PLACEHOLDER.search(value) and key not in public):
+                if not isinstance(value, str) or not value or _deploy_time_value(value) or key in public:
+                    continue
+                if not NON_SECRET_KEY.search(str(key)) or EMBEDDED_CREDENTIALS.search(value):
                     yield f"{field}.{key} holds a literal value"
     for path, env in env_lists(obj):
         for i, item in enumerate(env):
             var = as_dict(item)
             name, value = str(var.get("name", "")), var.get("value")
-            if SECRET_NAME.search(name) and isinstance(value, str) and value and not PLACEHOLDER.match(value):
+            if SECRET_NAME.search(name) and isinstance(value, str) and value and not _deploy_time_value(value):
                 yield f"{path}[{i}] ({name}) has a literal value"
+
+
+def _deploy_time_value(value: str) -> bool:
+    """A render placeholder (``<redacted>``), or a value whose secret part is generated at deploy time
+    (it holds a ``${generated:...}`` placeholder: alone, or inside a URI or a config file)."""
+    return bool(PLACEHOLDER.match(value)) or any(True for _ in generated.names_in(value))
 
 
 RULES = (image_approved_registry, image_pinned_digest, no_privileged_container, no_host_namespaces, no_host_path,

@@ -182,18 +182,34 @@ def load_preview(path: Path, events: Path | None = None) -> Preview:
         if source is None:
             continue
         try:
-            text = source.read_text(encoding="utf-8")
+            text = source.read_bytes().decode("utf-8")
         except OSError as exc:
             raise PreviewFormatError(f"{source}: cannot read: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise PreviewFormatError(f"{source}: not UTF-8 text (byte {exc.start})") from None
         docs = _documents(text, source)
         if len(docs) == 1 and ("steps" in docs[0] or "changeSummary" in docs[0] or "diagnostics" in docs[0]):
-            read_digest(docs[0], preview)
+            _read_checked(read_digest, docs[0], preview, source)
         elif all("sequence" in d or "timestamp" in d for d in docs):
-            read_events(docs, preview)
+            _read_checked(read_events, docs, preview, source)
         else:
             raise PreviewFormatError(f"{source}: neither the JSON of `pulumi preview --json` (a digest with steps) "
                                      "nor an engine event log (`--event-log`, one event a line)")
     return preview
+
+
+def _read_checked(reader: Any, docs: Any, preview: Preview, source: Path) -> None:
+    """Run a reader over Pulumi's JSON; a value of the wrong type anywhere is bad input, named as such.
+
+    The readers take Pulumi's documented shapes (``PreviewDigest``, ``EngineEvent``) at their word;
+    a log edited by hand or cut short can hold a list where a count belongs, so the whole read
+    is the boundary where that becomes an error rather than a traceback.
+    """
+    try:
+        reader(docs, preview)
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError, RecursionError) as exc:
+        raise PreviewFormatError(f"{source}: (document): not the shape of a Pulumi preview or event log "
+                                 f"({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
 def _documents(text: str, source: Path) -> list[dict[str, Any]]:
@@ -201,6 +217,8 @@ def _documents(text: str, source: Path) -> list[dict[str, Any]]:
         doc = json.loads(text)
     except json.JSONDecodeError:
         doc = None
+    except (ValueError, RecursionError) as exc:  # valid JSON Python refuses: a 5,000-digit number, deep nesting
+        raise PreviewFormatError(f"{source}: (document): {str(exc)[:200]}") from None
     if isinstance(doc, dict):
         return [doc]
     if isinstance(doc, list) and all(isinstance(d, dict) for d in doc):
@@ -213,6 +231,8 @@ def _documents(text: str, source: Path) -> list[dict[str, Any]]:
             item = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PreviewFormatError(f"{source}:{number}: not JSON ({exc.msg})") from None
+        except (ValueError, RecursionError) as exc:
+            raise PreviewFormatError(f"{source}:{number}: {str(exc)[:200]}") from None
         if not isinstance(item, dict):
             raise PreviewFormatError(f"{source}:{number}: expected a JSON object")
         out.append(item)

@@ -8,13 +8,16 @@ not one) and keys the Secret lists as configuration (``trainyard.dev/non-secret-
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from trainyard.derived_cache import derived_text
 from trainyard.manifests import RenderedPlatform
 from trainyard.manifests.meta import NON_SECRET_KEYS, Manifest, object_key
 
@@ -44,6 +47,33 @@ _Dumper.add_representer(str, _str_representer)
 
 def to_yaml(doc: Any) -> str:
     return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=120)
+
+
+# A document that exercises every choice the dumper makes (block styles, literal blocks, quoting,
+# unicode, line width): its output is part of the cache key, so a change to to_yaml is a new key.
+_FORMAT_PROBE: Any = {
+    "a": [1, 1.5, True, None, "", "yes", "0x1F", "2024-01-01", "a: b", "- x", "#c", "multi\nline\n", "ünï", "'q\""],
+    "long": "word " * 40, "nested": {"empty_list": [], "empty_map": {}, "k": [{"x": "y"}]},
+}
+
+
+def to_yaml_cached(doc: Any) -> str:
+    """``to_yaml(doc)``, from the disk cache for large documents (the upstream CRDs are MBs of YAML).
+
+    Keyed by the document's JSON (order and types included), PyYAML's version and the dumper's
+    output for a probe document; a document JSON cannot represent exactly is dumped directly.
+    """
+    try:
+        content = json.dumps(doc, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        return to_yaml(doc)
+    text = derived_text("yaml", ("yaml/1", yaml.__version__, _probe_output(), content), lambda: to_yaml(doc))
+    return text if text is not None else to_yaml(doc)
+
+
+@lru_cache(maxsize=1)
+def _probe_output() -> str:
+    return to_yaml(_FORMAT_PROBE)
 
 
 def is_secret_key(key: str) -> bool:
@@ -96,7 +126,9 @@ def object_path(obj: Manifest) -> Path:
 def rendered_files(rendered: RenderedPlatform) -> dict[Path, str]:
     """Relative path -> file content, for every object and chart release."""
     files: dict[Path, str] = {}
-    for obj in rendered.all_objects:
+    for crd in rendered.crds:
+        files[object_path(crd)] = to_yaml_cached(crd)
+    for obj in rendered.objects:
         files[object_path(obj)] = to_yaml(redact_object(obj))
     for release in rendered.releases:
         files[Path("charts") / f"{release.name}.yaml"] = to_yaml(redact(release.as_document()))

@@ -52,11 +52,13 @@ def repository_root(root: Path) -> Path:
 
 
 def resolve(root: Path, rev: str) -> Revision:
-    if not rev or rev.startswith("-"):
-        raise RevisionError(f"{rev!r} is not a revision")
+    # Never an option to git (--upload-pack=... runs a program), never a control character (NUL
+    # cannot even be passed to a process); --end-of-options below keeps the rest a revision.
+    if not isinstance(rev, str) or not rev.strip() or rev.startswith("-") or any(ord(ch) < 32 or ord(ch) == 127 for ch in rev):
+        raise RevisionError(f"--base {rev!r} is not a revision (a branch, tag or commit, e.g. origin/main)")
     done = _git(root, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
     if done.returncode != 0:
-        raise RevisionError(f"unknown revision {rev!r}: git cannot find a commit by that name in {root}")
+        raise RevisionError(f"unknown revision {rev!r} (--base): git cannot find a commit by that name in {root}")
     return Revision(rev, done.stdout.strip())
 
 

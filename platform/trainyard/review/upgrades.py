@@ -17,7 +17,6 @@ Each component links its notes in docs/upgrades.md (what to do before the bump).
 from __future__ import annotations
 
 import ast
-import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,12 +24,11 @@ from typing import Any
 
 import yaml
 
-from trainyard import catalog
+from trainyard import catalog, charts
 from trainyard.manifests import RenderedPlatform
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest
 from trainyard.project import Stack
-from trainyard.supply.chart_images import chart_name
 
 GUIDE = "docs/upgrades.md"
 CATALOG_FILE = Path("platform") / "trainyard" / "catalog.py"
@@ -122,13 +120,6 @@ def with_catalog_defaults(stack: Stack, project: Path) -> Stack:
     return Stack(stack.name, stack.path, stack.root, config)
 
 
-def charts_dir() -> Path | None:
-    """The upstream chart directories (``TRAINYARD_CHARTS_DIR``, default ../shared/charts next to the project)."""
-    env = os.environ.get("TRAINYARD_CHARTS_DIR")
-    candidate = Path(env) if env else Path(__file__).resolve().parents[4] / "shared" / "charts"
-    return candidate if candidate.is_dir() else None
-
-
 def schema_fields(schema: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
     """Every field path of an openAPIV3Schema (``spec.resourceGroups[].flavors[].name``)."""
     for name, sub in (schema.get("properties") or {}).items():
@@ -188,7 +179,7 @@ def flatten(values: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _chart_values(directory: Path, release: ChartRelease, version: str) -> dict[str, Any] | None:
-    for candidate in (directory / chart_name(release) / version, directory / chart_name(release) / f"v{version}"):
+    for candidate in (directory / release.mirror_dir / version, directory / release.mirror_dir / f"v{version}"):
         path = candidate / "values.yaml"
         if path.is_file():
             loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -203,7 +194,7 @@ def chart_default_changes(old: ChartRelease, new: ChartRelease,
     before, after = _chart_values(directory, old, old.version), _chart_values(directory, new, new.version)
     missing = [v for v, found in ((old.version, before), (new.version, after)) if found is None]
     if before is None or after is None:
-        return None, (f"chart defaults not compared: {chart_name(new)} {', '.join(missing)} not in {directory} "
+        return None, (f"chart defaults not compared: {new.chart_name} {', '.join(missing)} not in {directory} "
                       "(add the upstream chart directory of that version to compare)")
     old_flat, new_flat = flatten(before), flatten(after)
     overridden = set(flatten(new.values)) | set(flatten(old.values))
@@ -219,7 +210,8 @@ def chart_default_changes(old: ChartRelease, new: ChartRelease,
 def _catalog_images(release: ChartRelease) -> tuple[str, ...]:
     """The upstream controller image of a release's version (the catalog's)."""
     pinned = catalog.RELEASES.get((release.component, release.version))
-    out = [f"{pinned.image.registry}/{pinned.image.repository}:{pinned.image.tag}"] if pinned else []
+    image = pinned.image if pinned else None
+    out = [f"{image.registry}/{image.repository}:{image.tag}"] if image else []
     return tuple(out)
 
 
@@ -228,7 +220,7 @@ def upgrades(base: RenderedPlatform | None, head: RenderedPlatform | None,
     """One entry per component whose chart version differs between ``base`` and ``head``."""
     if base is None or head is None:
         return []
-    chart_root = directory if directory is not None else charts_dir()
+    chart_root = directory if directory is not None else charts.charts_dir()
     old_releases = {r.component: r for r in base.releases}
     old_crds = {c["metadata"]["name"]: c for c in base.crds}
     new_crds = {c["metadata"]["name"]: c for c in head.crds}

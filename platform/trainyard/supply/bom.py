@@ -32,7 +32,7 @@ import yaml
 
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import CRD_COMPONENTS, RenderedPlatform, image_lock
+from trainyard.manifests import RenderedPlatform, crd_components, image_lock
 from trainyard.manifests.installs import upstream_image
 from trainyard.policy.pods import containers
 from trainyard.project import Stack
@@ -168,10 +168,8 @@ def build_bom(stack: Stack, rendered: RenderedPlatform | None = None,
         images.append(BomImage(key, upstream_text, digest, status, tuple(sorted(entry["sources"]))))
 
     crds = []
-    from trainyard.manifests import object_store
-
-    for component in CRD_COMPONENTS + object_store.crd_components(config):
-        pinned = catalog.release(component, getattr(config.versions, component))
+    for component, version in crd_components(config):
+        pinned = catalog.release(component, version)
         crds += [BomCrd(component, pinned.version, crd.name, pinned.crd_url(crd), crd.blob_sha) for crd in pinned.crds]
     return Bom(stack.name, config.environment, config.images.registry_mirror, config.lifecycle.protect_data,
                tuple(images), tuple(bom_charts), tuple(crds), tuple(unknown))

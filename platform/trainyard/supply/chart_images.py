@@ -95,6 +95,36 @@ def _minio_tenant_7_1(values: Mapping[str, Any]) -> tuple[list[str], str]:
     return [f"{image['repository']}:{image['tag']}"], "the Tenant's server image; KES off"
 
 
+def _cloudnative_pg_0_29(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/cloudnative-pg templates/deployment.yaml ("{{ .Values.image.repository }}:{{ .Values.image.tag | default
+    # .Chart.AppVersion }}"). The PostgreSQL operand image is not the chart's: the Cluster names it (imageName).
+    image = values["image"]
+    return [f"{image['repository']}:{image['tag']}"], "operator only; the operand image is in Cluster.spec.imageName"
+
+
+def _mlflow_1_11(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/mlflow templates/deployment.yaml: the server (mlflow.containerImage, repository:tag), the
+    # dbchecker, mlflow-db-migration and ini-file-initializer init containers (initImages.*), and extraContainers.
+    images = {f"{values['image']['repository']}:{values['image']['tag']}"}
+    images |= {f"{i['repository']}:{i['tag']}" for i in (_get(values, "initImages") or {}).values()}
+    images |= {str(c["image"]) for c in values.get("extraContainers") or []}
+    return sorted(images), "oauth2Proxy off (oauth2-proxy image not used)"
+
+
+def _gpu_operator_26_7(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/gpu-operator templates/operator.yaml ("{{ include "gpu-operator.fullimage" . }}" =
+    # operator.repository/operator.image:operator.version) and the node-feature-discovery subchart's
+    # master/worker/gc templates ("{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}").
+    # The operands (driver, toolkit, device plugin, DCGM, ...) are in the ClusterPolicy, which the operator
+    # runs, not the chart: they are catalog.GPU_OPERATOR_OPERANDS.
+    operator = values["operator"]
+    images = [f"{operator['repository']}/{operator['image']}:{operator['version']}"]
+    if _get(values, "nfd", "enabled") is not False:
+        nfd = _get(values, "node-feature-discovery", "image") or {}
+        images.append(f"{nfd.get('repository', 'registry.k8s.io/nfd/node-feature-discovery')}:{nfd.get('tag', 'v0.19.0')}")
+    return images, "operator and NFD; operands come from the ClusterPolicy (catalog.GPU_OPERATOR_OPERANDS)"
+
+
 # (chart name, chart version) -> images for the given values, and a note on what the values switch off.
 TEMPLATE_IMAGES: dict[tuple[str, str], Callable[[Mapping[str, Any]], tuple[list[str], str]]] = {
     ("kueue", "0.19.2"): _kueue_0_19,
@@ -103,12 +133,10 @@ TEMPLATE_IMAGES: dict[tuple[str, str], Callable[[Mapping[str, Any]], tuple[list[
     ("seaweedfs", "4.44.0"): _seaweedfs_4_44,
     ("operator", "7.1.1"): _minio_operator_7_1,
     ("tenant", "7.1.1"): _minio_tenant_7_1,
+    ("cloudnative-pg", "0.29.0"): _cloudnative_pg_0_29,
+    ("mlflow", "1.11.5"): _mlflow_1_11,
+    ("gpu-operator", "v26.7.0"): _gpu_operator_26_7,
 }
-
-
-def chart_name(release: ChartRelease) -> str:
-    """The chart's name: the last path part of its reference (``oci://registry.k8s.io/kueue/charts/kueue``)."""
-    return release.chart.rstrip("/").rsplit("/", 1)[-1]
 
 
 def rendered_images(objects: Sequence[Manifest]) -> list[str]:
@@ -123,9 +151,9 @@ def chart_images(release: ChartRelease, renderer: ChartRenderer | None = None) -
     render = renderer or RENDERER
     if render is not None:
         return ChartImages(release.name, tuple(rendered_images(render(release))), "rendered", "helm template")
-    derive = TEMPLATE_IMAGES.get((chart_name(release), release.version))
+    derive = TEMPLATE_IMAGES.get((release.chart_name, release.version))
     if derive is None:
         return ChartImages(release.name, (), "unknown",
-                           f"{chart_name(release)} {release.version}: images unknown until the chart is rendered")
+                           f"{release.chart_name} {release.version}: images unknown until the chart is rendered")
     images, note = derive(release.values)
     return ChartImages(release.name, tuple(sorted(images)), "templates", note)

@@ -33,7 +33,20 @@ STACK_HELP = "stack name (prod = stacks/Pulumi.prod.yaml) or path"
 
 def _cmd_bom(args: argparse.Namespace) -> int:
     stack = open_stack(args.stack)
-    bom = build_bom(stack)
+    if not args.render_charts:
+        bom = build_bom(stack)
+    else:
+        from trainyard import charts
+
+        directory, helm = charts.charts_dir(stack.root), charts.helm_binary()
+        if directory is None or helm is None:
+            raise UsageError("--render-charts needs the chart mirror (TRAINYARD_CHARTS_DIR) and helm (`make helm`)")
+        rendered = stack.render()
+        renderer = charts.ChartRenderer(directory, helm, api_versions=charts.api_versions(rendered.crds))
+        try:
+            bom = build_bom(stack, rendered, renderer=lambda release: renderer.render(release).objects)
+        finally:
+            renderer.close()
     if args.format == "sync" and args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -138,6 +151,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     bom.add_argument("stack", metavar="STACK", help=STACK_HELP)
     bom.add_argument("--format", choices=("markdown", "json", "sync"), default="markdown",
                      help="markdown (default), json, or sync: the skopeo `sync --src yaml` list")
+    bom.add_argument("--render-charts", action="store_true",
+                     help="take each chart's images from `helm template` with the stack's values (needs helm)")
     bom.add_argument("--out", metavar="PATH", help="write to PATH (for --format sync: a directory of YAML files + sync.sh)")
     bom.set_defaults(func=_cmd_bom)
 
