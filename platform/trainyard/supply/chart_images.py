@@ -140,10 +140,21 @@ TEMPLATE_IMAGES: dict[tuple[str, str], Callable[[Mapping[str, Any]], tuple[list[
 
 
 def rendered_images(objects: Sequence[Manifest]) -> list[str]:
+    """Every container image of every pod-carrying object, and the image a custom resource names for
+    its operator to run (the MinIO Tenant's ``spec.image``; ``review.chart_truth.CR_IMAGE_FIELDS``)."""
     from trainyard.policy.pods import containers
+    from trainyard.review.chart_truth import CR_IMAGE_FIELDS
 
-    return sorted({str(c.container["image"]) for obj in objects for c in containers(obj)
-                   if isinstance(c.container.get("image"), str)})
+    images = {str(c.container["image"]) for obj in objects for c in containers(obj)
+              if isinstance(c.container.get("image"), str)}
+    for obj in objects:
+        path = CR_IMAGE_FIELDS.get((obj.get("apiVersion"), obj.get("kind")))  # type: ignore[arg-type]
+        value: Any = obj
+        for key in path or ():
+            value = value.get(key) if isinstance(value, dict) else None
+        if path and isinstance(value, str):
+            images.add(value)
+    return sorted(images)
 
 
 def chart_images(release: ChartRelease, renderer: ChartRenderer | None = None) -> ChartImages:
