@@ -181,6 +181,22 @@ _PROMETHEUS_OPERATOR_CRDS = tuple(
     )
 )
 
+# The GPU operator's operands, as its v26.7.0 chart pins them (deployments/gpu-operator/values.yaml;
+# the operator and validator default to the chart's appVersion, NFD to its subchart's appVersion).
+# Pinned here too, so that a mirror serves exactly these and an upgrade is one reviewed diff.
+GPU_OPERATOR_OPERANDS: dict[str, Image] = {
+    "operator": Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
+    "validator": Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
+    "driver": Image("nvcr.io", "nvidia/driver", "595.91.07"),
+    "driver.manager": Image("nvcr.io", "nvidia/cloud-native/k8s-driver-manager", "v0.12.0"),
+    "toolkit": Image("nvcr.io", "nvidia/k8s/container-toolkit", "v1.20.0"),
+    "devicePlugin": Image("nvcr.io", "nvidia/k8s-device-plugin", "v0.20.0"),
+    "gfd": Image("nvcr.io", "nvidia/k8s-device-plugin", "v0.20.0"),
+    "dcgmExporter": Image("nvcr.io", "nvidia/k8s/dcgm-exporter", "4.6.0-4.8.3-distroless"),
+    "migManager": Image("nvcr.io", "nvidia/cloud-native/k8s-mig-manager", "v0.15.0"),
+    "node-feature-discovery": Image("registry.k8s.io", "nfd/node-feature-discovery", "v0.19.0"),
+}
+
 RELEASES: dict[tuple[str, str], Release] = {
     (r.component, r.version): r
     for r in (
@@ -294,6 +310,7 @@ RELEASES: dict[tuple[str, str], Release] = {
             namespace="gpu-operator",
             crds=_GPU_OPERATOR_CRDS,
             image=Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
+            images=tuple((role, image) for role, image in GPU_OPERATOR_OPERANDS.items() if role != "operator"),
         ),
         Release(
             component="prometheus_operator",
@@ -305,21 +322,6 @@ RELEASES: dict[tuple[str, str], Release] = {
     )
 }
 
-# The GPU operator's operands, as its v26.7.0 chart pins them (deployments/gpu-operator/values.yaml;
-# the operator and validator default to the chart's appVersion, NFD to its subchart's appVersion).
-# Pinned here too, so that a mirror serves exactly these and an upgrade is one reviewed diff.
-GPU_OPERATOR_OPERANDS: dict[str, Image] = {
-    "operator": Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
-    "validator": Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
-    "driver": Image("nvcr.io", "nvidia/driver", "595.91.07"),
-    "driver.manager": Image("nvcr.io", "nvidia/cloud-native/k8s-driver-manager", "v0.12.0"),
-    "toolkit": Image("nvcr.io", "nvidia/k8s/container-toolkit", "v1.20.0"),
-    "devicePlugin": Image("nvcr.io", "nvidia/k8s-device-plugin", "v0.20.0"),
-    "gfd": Image("nvcr.io", "nvidia/k8s-device-plugin", "v0.20.0"),
-    "dcgmExporter": Image("nvcr.io", "nvidia/k8s/dcgm-exporter", "4.6.0-4.8.3-distroless"),
-    "migManager": Image("nvcr.io", "nvidia/cloud-native/k8s-mig-manager", "v0.15.0"),
-    "node-feature-discovery": Image("registry.k8s.io", "nfd/node-feature-discovery", "v0.19.0"),
-}
 
 # The directory name of each component inside a CRD mirror (layout of ../shared/crds).
 MIRROR_DIRS: dict[str, str] = {"kueue": "kueue", "jobset": "jobset", "trainer": "kubeflow-trainer",

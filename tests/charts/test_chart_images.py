@@ -25,7 +25,6 @@ def test_template_derived_chart_images_equal_the_rendered_ones(name: str, render
 
 def test_bom_takes_chart_images_from_the_rendering_when_a_renderer_is_given(renderers: Renderers) -> None:
     bom = build_bom(stack("prod"), rendered("prod"), renderer=lambda release: renderers("prod").render(release).objects)
-    assert {c.release: c.images_from for c in bom.charts} == {"jobset": "rendered", "kueue": "rendered",
-                                                              "trainer": "rendered"}
+    assert {c.release: c.images_from for c in bom.charts} == {r.name: "rendered" for r in rendered("prod").releases}
     kueue = next(i for i in bom.images if i.reference == "registry.trainyard.internal/mirror/kueue/kueue:v0.19.2")
     assert kueue.sources == ("chart:kueue", "controller:kueue")

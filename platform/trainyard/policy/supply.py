@@ -25,6 +25,8 @@ def catalog_images(ctx: Context) -> set[str]:
     """Tagged references of the catalog images the stack's components pull (as the mirror serves them)."""
     components = {(c, getattr(ctx.config.versions, c)) for c in catalog.DEFAULT_VERSIONS if hasattr(ctx.config.versions, c)}
     components |= {(r.component, r.version) for r in ctx.releases}
+    if ctx.config.gpu_operator is not None:  # its release is named gpu-operator, its catalog entry gpu_operator
+        components.add(("gpu_operator", ctx.config.gpu_operator.version))
     out = set()
     for key in components:
         release = catalog.RELEASES.get(key)
@@ -35,12 +37,6 @@ def catalog_images(ctx: Context) -> set[str]:
                     continue
                 upstream = ImageRef(image.registry, image.repository, image.tag)
                 out.add(mirrored(upstream, ctx.config.images.registry_mirror).tagged)
-    if ctx.config.gpu_operator is not None:
-        # The GPU operator's version is its own section's, and its operands (NFD, driver, toolkit, ...)
-        # are pinned in the catalog next to the release.
-        for image in catalog.GPU_OPERATOR_OPERANDS.values():
-            upstream = ImageRef(image.registry, image.repository, image.tag)
-            out.add(mirrored(upstream, ctx.config.images.registry_mirror).tagged)
     if ctx.config.object_store is not None:
         out.add(image_key(ctx.config.object_store.provisioner_image))
     return out

@@ -112,17 +112,16 @@ def _mlflow_1_11(values: Mapping[str, Any]) -> tuple[list[str], str]:
 
 
 def _gpu_operator_26_7(values: Mapping[str, Any]) -> tuple[list[str], str]:
-    # Ref: charts/gpu-operator templates/operator.yaml ("{{ include "gpu-operator.fullimage" . }}" =
-    # operator.repository/operator.image:operator.version) and the node-feature-discovery subchart's
-    # master/worker/gc templates ("{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}").
-    # The operands (driver, toolkit, device plugin, DCGM, ...) are in the ClusterPolicy, which the operator
-    # runs, not the chart: they are catalog.GPU_OPERATOR_OPERANDS.
+    # Ref: charts/gpu-operator templates/operator.yaml ("{{ .Values.operator.repository }}/{{ .Values.operator.image }}:
+    # {{ .Values.operator.version }}") and the node-feature-discovery subchart (image.repository:image.tag), which
+    # renders with nfd.enabled (values.yaml default true). The operands (driver, toolkit, device plugin, DCGM,
+    # mig-manager) are not pods of the chart: the operator starts them from ClusterPolicy/NVIDIADriver fields.
     operator = values["operator"]
     images = [f"{operator['repository']}/{operator['image']}:{operator['version']}"]
     if _get(values, "nfd", "enabled") is not False:
         nfd = _get(values, "node-feature-discovery", "image") or {}
-        images.append(f"{nfd.get('repository', 'registry.k8s.io/nfd/node-feature-discovery')}:{nfd.get('tag', 'v0.19.0')}")
-    return images, "operator and NFD; operands come from the ClusterPolicy (catalog.GPU_OPERATOR_OPERANDS)"
+        images.append(f"{nfd['repository']}:{nfd['tag']}")
+    return images, "operands come from ClusterPolicy/NVIDIADriver image fields (catalog.GPU_OPERATOR_OPERANDS)"
 
 
 # (chart name, chart version) -> images for the given values, and a note on what the values switch off.
@@ -135,7 +134,7 @@ TEMPLATE_IMAGES: dict[tuple[str, str], Callable[[Mapping[str, Any]], tuple[list[
     ("tenant", "7.1.1"): _minio_tenant_7_1,
     ("cloudnative-pg", "0.29.0"): _cloudnative_pg_0_29,
     ("mlflow", "1.11.5"): _mlflow_1_11,
-    ("gpu-operator", "v26.7.0"): _gpu_operator_26_7,
+    ("gpu-operator", "v26.7.0"): _gpu_operator_26_7,  # the chart version carries the "v" (Chart.yaml)
 }
 
 
