@@ -273,11 +273,6 @@ def test_up_creates_every_rendered_object(engine: Engine, first_up: Run, rendere
 # second `pulumi up` still proposes an update of both ClusterQueues' spec ("2 updated, 68 unchanged"),
 # although the render is byte-stable and Kueue's webhooks only add a finalizer. Declaring flavorFungibility
 # and stopPolicy was not enough. Marked non-strict so the rest of the tier gates CI while it is found.
-NOOP_UP_WITH_REAL_KUEUE = pytest.mark.xfail(
-    reason="second up proposes a ClusterQueue spec update with the real Kueue (known, under investigation)", strict=False)
-
-
-@NOOP_UP_WITH_REAL_KUEUE
 def test_second_up_changes_nothing(engine: Engine, deployed: Run, timings: list[Timing]) -> None:
     run = engine.run("up", "--yes", "--skip-preview", "--expect-no-changes")
     timings.append(Timing("pulumi up (no-op)", run.wall, run.engine, "--expect-no-changes"))
@@ -433,7 +428,6 @@ def test_crd_cel_rule_rejects_an_immutable_change(engine: Engine, deployed: Run,
     assert clean.returncode == 0, clean.explain()
 
 
-@NOOP_UP_WITH_REAL_KUEUE
 def test_up_after_the_cluster_was_recreated(engine: Engine, deployed: Run, rendered_objects: dict[Key, Manifest],
                                            timings: list[Timing]) -> None:
     purge = subprocess.run([str(TRAINYARD), "cluster", "down", "--purge"], capture_output=True, text=True,
