@@ -79,18 +79,23 @@ tools: ## Build every platform tool from Go modules (cached; tools/build.sh --li
 	tools/mlflow/install.sh
 
 .PHONY: cluster-up cluster-down
-cluster-up: tools setup ## Start the local control plane (loopback) with the local stack's fake GPU nodes
-	$(BIN)/trainyard fake-nodes local > $(TRAINYARD_TOOLS_DIR)/fake-nodes.yaml
-	tools/cluster.sh up --nodes $(TRAINYARD_TOOLS_DIR)/fake-nodes.yaml
-cluster-down: ## Stop the local control plane (data kept; tools/cluster.sh down --purge removes it)
-	tools/cluster.sh down
+cluster-up: tools setup ## Start the rehearsal cluster: control plane, real Kueue/JobSet/Trainer, kwok, the local stack's fake GPU nodes
+	$(BIN)/trainyard cluster up local
+cluster-down: setup ## Stop the rehearsal cluster (webhooks removed first; data kept, `trainyard cluster down --purge` removes it)
+	$(BIN)/trainyard cluster down
 
 .PHONY: up down
-up: cluster-up ## The main job: `pulumi up` of the local stack on the rehearsal cluster (docs/rehearsal.md)
+up: cluster-up ## The main job: `pulumi up` of the local stack on the rehearsal cluster, then one TrainJob per tenant (docs/rehearsal.md)
 	tools/pulumi-local.sh up local --yes --skip-preview
-down: setup ## `pulumi destroy` of the local stack (CRDs and namespaces stay), then stop the cluster
+	$(BIN)/trainyard cluster smoke local
+down: setup ## `pulumi destroy` of the local stack (CRDs and namespaces stay), then stop the cluster: nothing keeps running
 	tools/pulumi-local.sh destroy local --yes --skip-preview
-	tools/cluster.sh down
+	$(BIN)/trainyard cluster down
+
+SCENARIOS ?= $(sort $(basename $(notdir $(wildcard scenarios/*.yaml))))
+.PHONY: rehearse
+rehearse: cluster-up ## Run scenarios (SCENARIOS=..., default all) on the rehearsal cluster and print Kueue's decisions
+	$(BIN)/trainyard rehearse $(STACK) $(SCENARIOS)
 
 .PHONY: test-registry
 test-registry: setup ## The registry tier: `trainyard images lock` against a real OCI registry on loopback (crane)

@@ -8,7 +8,10 @@
 # Binaries go to ${TRAINYARD_TOOLS_DIR:-$HOME/.cache/trainyard/tools}/bin, outside
 # the repository. Each tool has a stamp (hash of its go.mod, go.sum, main
 # sources, build flags and Go version); a tool whose stamp matches and whose
-# binaries exist is skipped. Go's module and build caches stay in their default
+# binaries exist is skipped. The rehearsal's controllers (kueue, jobset, trainer,
+# kwok) are built inside their upstream module as the proxy serves it (no wrapper:
+# the module's own go.sum pins everything), and the manifests the rehearsal needs
+# from that module are copied to TOOLS_DIR/share/<tool>. Go's module and build caches stay in their default
 # places, so a rebuild after a small change is fast. See docs/tools.md.
 set -euo pipefail
 
@@ -16,6 +19,7 @@ TOOLS_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 TOOLS_DIR="${TRAINYARD_TOOLS_DIR:-$HOME/.cache/trainyard/tools}"
 BIN_DIR="$TOOLS_DIR/bin"
 STAMP_DIR="$TOOLS_DIR/stamps"
+SHARE_DIR="$TOOLS_DIR/share"
 WORK_DIR="$TOOLS_DIR/work"
 GO="${GO:-}"
 if [[ -z "$GO" ]]; then
@@ -28,7 +32,7 @@ fi
 export GOTOOLCHAIN=local
 export CGO_ENABLED="${CGO_ENABLED:-0}"
 
-ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool seaweedfs)
+ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueue jobset trainer kwok seaweedfs)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
@@ -44,6 +48,32 @@ SEAWEEDFS_MODULE=github.com/seaweedfs/seaweedfs
 SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
 SEAWEEDFS_MODSUM="h1:LOYZFToHq9F7pSR6lkPGfkM8RmHlVFrzndKdhmNZjrU="
 PROMTOOL_VERSION=3.16.0     # VERSION file of github.com/prometheus/prometheus v0.316.0
+# The rehearsal's controllers: keep equal to trainyard.catalog (REHEARSAL_PROVEN; a test checks it).
+KUEUE_VERSION=v0.19.2
+JOBSET_VERSION=v0.12.0
+TRAINER_VERSION=v2.3.0
+KWOK_VERSION=v0.8.0
+
+# tool_module TOOL -> module@version for tools built inside an upstream module (else nothing)
+tool_module() {
+  case "$1" in
+    kueue) echo "sigs.k8s.io/kueue@$KUEUE_VERSION" ;;
+    jobset) echo "sigs.k8s.io/jobset@$JOBSET_VERSION" ;;
+    trainer) echo "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" ;;
+    kwok) echo "sigs.k8s.io/kwok@$KWOK_VERSION" ;;
+    seaweedfs) echo "$SEAWEEDFS_MODULE@$SEAWEEDFS_VERSION" ;;
+  esac
+}
+
+# tool_share TOOL -> module-relative directories the rehearsal reads (kustomize inputs)
+tool_share() {
+  case "$1" in
+    kueue) echo "config/components/crd config/components/webhook" ;;
+    jobset) echo "config/components/crd config/components/webhook" ;;
+    trainer) echo "manifests/base/crds manifests/base/webhook" ;;
+    kwok) echo "kustomize/stage" ;;
+  esac
+}
 
 # ------------------------------------------------------ per-tool definition
 # tool_bins TOOL  -> lines "binary-name go-package"
@@ -54,6 +84,7 @@ tool_bins() {
       echo "kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver"
       echo "kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager"
       echo "kubectl k8s.io/kubernetes/cmd/kubectl"
+      echo "kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler"
       ;;
     pulumi)
       echo "pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi"
@@ -64,6 +95,10 @@ tool_bins() {
     crane) echo "crane github.com/google/go-containerregistry/cmd/crane" ;;
     seaweedfs) echo "weed ./weed" ;;
     promtool) echo "promtool github.com/prometheus/prometheus/cmd/promtool" ;;
+    kueue) echo "kueue ./cmd/kueue" ;;
+    jobset) echo "jobset-controller ." ;;   # main.go at the module root (upstream Makefile: build main.go)
+    trainer) echo "trainer-controller-manager ./cmd/trainer-controller-manager" ;;
+    kwok) echo "kwok ./cmd/kwok" ;;
     *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]})" >&2; return 2 ;;
   esac
 }
@@ -71,7 +106,7 @@ tool_bins() {
 # Extra files (besides binaries) a tool puts in BIN_DIR.
 tool_extra_files() {
   case "$1" in
-    pulumi) echo "pulumi-language-python-exec pulumi-resource-pulumi-python" ;;
+    pulumi) echo "pulumi-language-python-exec" ;;
   esac
 }
 
@@ -108,6 +143,10 @@ tool_ldflags() {
     crane) x=" -X github.com/google/go-containerregistry/cmd/crane/cmd.Version=$CRANE_VERSION" ;;
     seaweedfs) x=" -X $SEAWEEDFS_MODULE/weed/util/version.COMMIT=$SEAWEEDFS_VERSION" ;;
     promtool) x=" -X github.com/prometheus/common/version.Version=$PROMTOOL_VERSION" ;;
+    # The version variables the upstream Makefiles set (kueue/jobset Makefile LD_FLAGS, kwok hack/releases.sh).
+    kueue) x=" -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" ;;
+    jobset) x=" -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" ;;
+    kwok) x=" -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=$K8S_VERSION" ;;
   esac
   echo "-s -w$x"
 }
@@ -124,24 +163,29 @@ tool_buildflags() {
 # ------------------------------------------------------------------ helpers
 log() { printf '%s\n' "$*" >&2; }
 
-# Module directory holding go.mod for a tool (seaweedfs has no wrapper: its pin is in this file,
-# which the stamp covers through tool_ldflags and the module sum below).
-tool_mod_dir() { echo "$TOOLS_SRC/$1"; }
+# Module directory holding go.mod for a tool: the wrapper, or the upstream module in Go's
+# module cache (downloaded and checked against the checksum database by `go mod download`).
+tool_mod_dir() {
+  local m; m="$(tool_module "$1")"
+  if [[ -z "$m" ]]; then echo "$TOOLS_SRC/$1"; return 0; fi
+  (cd / && "$GO" mod download -json "$m") | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
+}
 
 # Stamp: go.mod, go.sum, every committed non-generated source in the wrapper,
 # the build flags and the Go version.
 tool_stamp() {
-  local t="$1" dir; dir="$(tool_mod_dir "$t")"
+  local t="$1" dir m; m="$(tool_module "$t")"
   {
     echo "tool=$t"
     echo "go=$("$GO" env GOVERSION) $("$GO" env GOOS)/$("$GO" env GOARCH) cgo=$CGO_ENABLED"
     echo "ldflags=$(tool_ldflags "$t")"
     echo "flags=$(tool_buildflags "$t")"
     tool_bins "$t"
-    [[ "$t" != seaweedfs ]] || echo "module=$SEAWEEDFS_MODULE@$SEAWEEDFS_VERSION $SEAWEEDFS_MODSUM"
-    [[ -d "$dir" ]] || return 0
+    [[ "$t" != seaweedfs ]] || echo "sum=$SEAWEEDFS_MODSUM"
+    if [[ -n "$m" ]]; then echo "module=$m share=$(tool_share "$t")"; else
+    dir="$(tool_mod_dir "$t")"
     (cd "$dir" && find . -type f \( -name go.mod -o -name go.sum -o -name '*.go' -o -name '*.sh' \) \
-        | LC_ALL=C sort | xargs sha256sum)
+        | LC_ALL=C sort | xargs sha256sum); fi
   } | sha256sum | cut -d' ' -f1
 }
 
@@ -152,6 +196,7 @@ tool_current() {
   [[ "$want" == "$have" ]] || return 1
   while read -r b _; do [[ -x "$BIN_DIR/$b" ]] || return 1; done < <(tool_bins "$t")
   for b in $(tool_extra_files "$t"); do [[ -x "$BIN_DIR/$b" ]] || return 1; done
+  [[ -z "$(tool_module "$t")" || -f "$SHARE_DIR/$t/VERSION" ]] || return 1
   return 0
 }
 
@@ -201,15 +246,23 @@ prepare_module_zip() {
 
 # ----------------------------------------------------------- post hooks
 post_build() {
-  local t="$1" dir="$2"
+  local t="$1" dir="$2" m d
+  m="$(tool_module "$t")"
+  if [[ -n "$m" ]]; then
+    # The manifests the rehearsal renders with `kubectl kustomize` (webhooks, CRDs, kwok stages).
+    rm -rf "$SHARE_DIR/$t"; mkdir -p "$SHARE_DIR/$t"
+    for d in $(tool_share "$t"); do
+      mkdir -p "$SHARE_DIR/$t/$(dirname "$d")"; cp -r "$dir/$d" "$SHARE_DIR/$t/$d"
+    done
+    chmod -R u+w "$SHARE_DIR/$t"
+    echo "${m#*@}" > "$SHARE_DIR/$t/VERSION"
+  fi
   case "$t" in
     pulumi)
       # The Python language host runs this script; it must sit next to it.
       local sdk
       sdk="$(cd "$dir" && "$GO" list -mod=readonly -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)"
       install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" "$BIN_DIR/pulumi-language-python-exec"
-      # The plugin of Python dynamic providers (Trainyard's generated secrets): `python -m pulumi.dynamic`.
-      install -m 0755 "$sdk/python/dist/pulumi-resource-pulumi-python" "$BIN_DIR/pulumi-resource-pulumi-python"
       ;;
   esac
 }

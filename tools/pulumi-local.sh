@@ -16,8 +16,8 @@
 # State: file backend in ${TRAINYARD_STATE_DIR:-~/.cache/trainyard/state}, encrypted with a
 # random passphrase generated once into STATE/passphrase (0600). Pulumi's own home
 # (login, workspace) is ${TRAINYARD_PULUMI_HOME:-~/.cache/trainyard/pulumi-home}, so the
-# user's ~/.pulumi is left alone. The cluster (tools/cluster.sh, same TRAINYARD_CLUSTER_DIR
-# and port variables) is started with the stack's fake nodes if it is not up.
+# user's ~/.pulumi is left alone. The rehearsal cluster (`trainyard cluster up`, same
+# TRAINYARD_CLUSTER_DIR and port variables) is started with the stack's fake nodes if it is not up.
 # See docs/rehearsal.md.
 set -euo pipefail
 
@@ -129,15 +129,13 @@ persist_salt() {
 cluster_uid() { "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG" get namespace kube-system -o 'jsonpath={.metadata.uid}'; }
 
 ensure_cluster() {
-  local stack_file="$1"
-  if TRAINYARD_CLUSTER_DIR="$CLUSTER_DIR" "$REPO/tools/cluster.sh" status >/dev/null 2>&1; then
+  local stack="$1"
+  if "$VENV/bin/trainyard" cluster status >/dev/null 2>&1; then
     log "==> cluster: up ($KUBECONFIG)"
     return 0
   fi
-  local nodes="$CLUSTER_DIR/fake-nodes.yaml"
-  mkdir -p "$CLUSTER_DIR"
-  "$VENV/bin/trainyard" fake-nodes "$stack_file" > "$nodes"
-  TRAINYARD_CLUSTER_DIR="$CLUSTER_DIR" "$REPO/tools/cluster.sh" up --nodes "$nodes"
+  # The rehearsal cluster (trainyard/rehearsal): control plane, real controllers, kwok, the stack's fake nodes.
+  "$VENV/bin/trainyard" cluster up "$stack" >&2
 }
 
 main() {
@@ -172,9 +170,10 @@ main() {
   fi
   if [[ "$cmd" == rundir ]]; then echo "$run"; return 0; fi
 
-  log "==> path: local control plane built from Go modules (etcd + kube-apiserver + kube-controller-manager on 127.0.0.1;"
-  log "    kind/Docker is not used: not implemented). Engine: $("$BIN_DIR/pulumi" version), provider kubernetes from $BIN_DIR"
-  ensure_cluster "$src"
+  log "==> path: local control plane built from Go modules (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,"
+  log "    kwok and the real Kueue, JobSet and Trainer on 127.0.0.1; kind/Docker is not used: not implemented)."
+  log "    Engine: $("$BIN_DIR/pulumi" version), provider kubernetes from $BIN_DIR"
+  ensure_cluster "${TRAINYARD_STACK_FILE:-$stack}"
   log "==> run dir $run, state $PULUMI_BACKEND_URL"
   cd "$run"
   pulumi login --non-interactive "$PULUMI_BACKEND_URL" >&2

@@ -389,6 +389,21 @@ SEAWEEDFS_POD_LABELS = {"app.kubernetes.io/name": "seaweedfs", "app.kubernetes.i
 MINIO_S3_PORT = 9000
 MINIO_TENANT_LABEL = "v1.min.io/tenant"
 
+# (kueue, jobset, trainer) sets proven to work together on the real controllers: a TrainJob is admitted
+# by Kueue, run by Trainer through JobSet, preempted (suspended) and resumed (`trainyard rehearse`,
+# docs/rehearsal.md "Versions"). A stack may only name one of these sets (config.model.Versions).
+# Kueue v0.19.2 is built against Trainer v2.2.1 upstream (its go.mod; kubernetes-sigs/kueue#14504 moved
+# main to v2.3.0 and notes the two APIs are not compatible); see PROVEN_TOGETHER_EVIDENCE.
+PROVEN_TOGETHER: frozenset[tuple[str, str, str]] = frozenset({("0.19.2", "0.12.0", "2.3.0")})
+PROVEN_TOGETHER_EVIDENCE: dict[tuple[str, str, str], str] = {
+    # Rehearsal of 2026-12-01, `trainyard rehearse local priority-preemption` and the smoke test: Workload
+    # trainjob-probe1-89dfe QuotaReserved/Admitted/PodsReady/Finished=True, admission clusterQueue team-a,
+    # flavors fake-a100, topologyAssignment on fake-a100-0/1; TrainJob conditions Suspended=False
+    # (Resumed), Complete=True (AllJobsCompleted). A preempted TrainJob was suspended (Evicted: Preempted)
+    # and, readmitted, resumed and completed.
+    ("0.19.2", "0.12.0", "2.3.0"): "admitted, run, preempted, resumed and completed on the real controllers",
+}
+
 # API versions Trainyard emits. Kueue v1beta1 is still served by v0.19 but deprecated.
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"

@@ -62,7 +62,7 @@ def _cmd_fake_nodes(args: argparse.Namespace) -> int:
     from trainyard.manifests.rehearsal import fake_nodes
 
     stack = open_stack(args.stack)
-    nodes = fake_nodes(stack.config)
+    nodes = fake_nodes(stack.config, every_pool=args.every_pool)
     print("".join("---\n" + to_yaml(node) for node in nodes), end="")
     return EXIT_OK
 
@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("--markdown", action="store_true", help="the settings reference (docs/stack-config.md) instead")
         if name == "render":
             cmd.add_argument("--out", metavar="DIR", help="output directory (default: out/<stack>)")
+        if name == "fake-nodes":
+            cmd.add_argument("--every-pool", action="store_true", help="nodes for real pools too, as `trainyard rehearse` makes")
     for register in EXTRA_COMMANDS:
         register(sub)
     return parser
@@ -141,7 +143,8 @@ def _load_extensions() -> None:
     """Import the modules that register extra subcommands (kept optional so each can land alone)."""
     import importlib
 
-    for module in ("trainyard.policy.cli", "trainyard.review.cli", "trainyard.review.chart_truth", "trainyard.supply.cli"):
+    for module in ("trainyard.policy.cli", "trainyard.review.cli", "trainyard.review.chart_truth", "trainyard.supply.cli",
+                   "trainyard.rehearsal.cli"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:

@@ -1,10 +1,11 @@
-"""Cluster tier: a private local control plane for the test session.
+"""Cluster tier: a private rehearsal cluster for the test session.
 
-The control plane is the one ``tools/cluster.sh`` runs (etcd, kube-apiserver and
-kube-controller-manager built from Go modules by ``tools/build.sh``), started with its own
-state directory in the session's tmp dir and on free loopback ports other than the defaults,
-so it never touches a cluster a person started with ``make up``. It carries the local stack's
-fake GPU nodes and is stopped and purged at the end of the session.
+The cluster is the one ``trainyard cluster up`` runs (``trainyard.rehearsal``: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, kwok and the real Kueue, JobSet and Trainer controllers, all
+built from Go modules by ``tools/build.sh``), started with its own state directory in the session's tmp
+dir and on free loopback ports other than the defaults, so it never touches a cluster a person started
+with ``make up``. It carries the local stack's fake GPU nodes and is stopped and purged at the end of
+the session: webhook registrations first, then every process it started.
 
 Every test here skips, saying why, when the tools are not built (``tools/build.sh --check``
 fails) or when the upstream CRD mirror is absent.
@@ -19,23 +20,23 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import CRDS_DIR, ROOT
+from trainyard.manifests.rehearsal import fake_nodes
+from trainyard.project import open_stack
+from trainyard.rehearsal.cluster import ControlPlane, Ports, Settings
+from trainyard.rehearsal.session import Rehearsal
 
 TOOLS_DIR = Path(os.environ.get("TRAINYARD_TOOLS_DIR") or Path.home() / ".cache" / "trainyard" / "tools")
 BIN_DIR = TOOLS_DIR / "bin"
-CLUSTER_SH = ROOT / "tools" / "cluster.sh"
-# tools/cluster.sh's defaults (etcd client, etcd peer, kube-apiserver, kube-controller-manager):
-# the private control plane never uses them.
-DEFAULT_PORTS = frozenset({23791, 23801, 26443, 26257})
-PORT_VARS = ("TRAINYARD_ETCD_PORT", "TRAINYARD_ETCD_PEER_PORT", "TRAINYARD_APISERVER_PORT", "TRAINYARD_KCM_PORT")
+# The rehearsal's default ports: the private cluster never uses them.
+DEFAULT_PORTS = frozenset(getattr(Ports(), f.name) for f in fields(Ports))
 TRAINYARD = Path(sys.executable).parent / "trainyard"
-QUOTA_SYNC_PERIOD = "15s"
 
 
 def tools_problem(*tools: str) -> str | None:
@@ -46,12 +47,12 @@ def tools_problem(*tools: str) -> str | None:
                            check=False)
     if check.returncode != 0:
         missing = ", ".join(line.split(": ", 1)[-1] for line in check.stderr.splitlines() if line.startswith("stale"))
-        return f"platform tools not built ({missing or check.stderr.strip()}): run `make tools` (tools/build.sh, ~27 min cold)"
+        return f"platform tools not built ({missing or check.stderr.strip()}): run `make tools` (tools/build.sh)"
     return None
 
 
 def free_ports(count: int) -> list[int]:
-    """Loopback ports that are free now and are not tools/cluster.sh's defaults."""
+    """Loopback ports that are free now and are not the rehearsal's defaults."""
     ports: list[int] = []
     sockets = []
     try:
@@ -91,36 +92,47 @@ class Cluster:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
 
-@contextmanager
-def private_cluster(state_dir: Path, with_fake_nodes: bool = True) -> Iterator[Cluster]:
-    """A control plane of our own (state in ``state_dir``, free ports), stopped and purged afterwards."""
+def private_env(state_dir: Path) -> dict[str, str]:
+    """The environment of a private cluster: its own state directory and free loopback ports."""
     env = {**os.environ, "TRAINYARD_CLUSTER_DIR": str(state_dir), "TRAINYARD_TOOLS_DIR": str(TOOLS_DIR),
            "TRAINYARD_CRDS_DIR": str(CRDS_DIR)}
-    env.update(zip(PORT_VARS, map(str, free_ports(len(PORT_VARS))), strict=True))
-    # The quota controller counts TrainJobs (count/trainjobs... in the tenant ResourceQuota) only
-    # after it has discovered their CRD, and recounts a quota it synced before that only every
-    # sync period (5m by default): short here, so admission tests need not wait minutes.
-    env["TRAINYARD_QUOTA_SYNC_PERIOD"] = QUOTA_SYNC_PERIOD
-    args = [str(CLUSTER_SH), "up"]
-    if with_fake_nodes:
-        nodes = state_dir / "fake-nodes.yaml"
-        nodes.write_text(subprocess.run([str(TRAINYARD), "fake-nodes", "local"], capture_output=True, text=True,
-                                        cwd=ROOT, env=env, check=True).stdout)
-        args += ["--nodes", str(nodes)]
-    up = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300, check=False)
+    names = [Ports.variable(f.name) for f in fields(Ports)]
+    env.update(zip(names, map(str, free_ports(len(names))), strict=True))
+    return env
+
+
+@contextmanager
+def private_cluster(state_dir: Path, with_fake_nodes: bool = True) -> Iterator[Cluster]:
+    """A bare control plane of our own (no controllers; state in ``state_dir``, free ports), stopped afterwards.
+
+    For tests that need only the API server (CRD conversion, admission policies, recorded statuses).
+    """
+    env = private_env(state_dir)
+    settings = Settings.from_env(env)
+    plane = ControlPlane(settings)
     try:
-        if up.returncode != 0:
-            raise AssertionError(f"tools/cluster.sh up failed ({up.returncode}):\n{up.stderr}")
-        yield Cluster(state_dir=state_dir, env=env)
+        plane.up()
+        if with_fake_nodes:
+            plane.apply_nodes(fake_nodes(open_stack("local", ROOT).config))
+        yield Cluster(state_dir=settings.state_dir, env=env)
     finally:
-        subprocess.run([str(CLUSTER_SH), "down", "--purge"], capture_output=True, text=True, env=env, timeout=120,
-                       check=False)
+        plane.down()
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
     problem = tools_problem()
     if problem is not None:
         pytest.skip(problem)
-    with private_cluster(tmp_path_factory.mktemp("cluster")) as running:
-        yield running
+    env = private_env(tmp_path_factory.mktemp("cluster"))
+    session = Rehearsal(open_stack("local", ROOT), Settings.from_env(env), env=env)
+    try:
+        session.up()
+        yield session
+    finally:
+        session.down(purge=True)
+
+
+@pytest.fixture(scope="session")
+def cluster(rehearsal: Rehearsal) -> Cluster:
+    return Cluster(state_dir=rehearsal.settings.state_dir, env=rehearsal.env)

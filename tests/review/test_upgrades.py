@@ -78,6 +78,8 @@ def bumped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Side, Side]
     old = catalog.release("kueue", OLD)
     monkeypatch.setitem(catalog.RELEASES, ("kueue", NEW), dataclasses.replace(
         old, version=NEW, tag=f"v{NEW}", crds=crds, image=dataclasses.replace(old.image, tag=f"v{NEW}")))
+    # The bumped Kueue counts as proven with the same JobSet and Trainer for this test only.
+    monkeypatch.setattr(catalog, "PROVEN_TOGETHER", catalog.PROVEN_TOGETHER | {(NEW, "0.12.0", "2.3.0")})
     monkeypatch.setenv("TRAINYARD_CHARTS_DIR", str(_charts(tmp_path / "charts")))
     base_file, head_file = _stack_files(tmp_path, mirror)
     base, head = open_stack(str(base_file), ROOT), open_stack(str(head_file), ROOT)
@@ -134,6 +136,8 @@ def test_a_catalog_default_that_differs_at_the_base_revision_shows_as_an_upgrade
     old = catalog.release("kueue", OLD)
     monkeypatch.setitem(catalog.RELEASES, ("kueue", NEW), dataclasses.replace(
         old, version=NEW, tag=f"v{NEW}", crds=crds, image=dataclasses.replace(old.image, tag=f"v{NEW}")))
+    # The bumped Kueue counts as proven with the same JobSet and Trainer for this test only.
+    monkeypatch.setattr(catalog, "PROVEN_TOGETHER", catalog.PROVEN_TOGETHER | {(NEW, "0.12.0", "2.3.0")})
     catalog_file = project / "platform" / "trainyard" / "catalog.py"
     catalog_file.parent.mkdir(parents=True)
     catalog_file.write_text(f'DEFAULT_VERSIONS: dict[str, str] = {{"kueue": "{NEW}", "jobset": "0.12.0", "trainer": "2.3.0"}}\n')

@@ -75,15 +75,15 @@ def test_borrowing_needs_a_cohort() -> None:
 
 def test_overcommit_is_allowed_only_when_the_stack_says_so() -> None:
     data = local_platform()
-    data["tenants"][0]["quotas"][0]["gpus"] = 8
-    assert any("add up to 12" in p for p in problems_of(data))
+    data["tenants"][0]["quotas"][0]["gpus"] = 12
+    assert any("add up to 20" in p for p in problems_of(data))
     data["allow_overcommit"] = True
     validate_platform(data, "x.yaml")
 
 
 def test_lending_limit_cannot_exceed_nominal() -> None:
     data = local_platform()
-    data["tenants"][0]["quotas"][0]["lending_limit"] = 5
+    data["tenants"][0]["quotas"][0]["lending_limit"] = 9
     assert any("tenants[0].quotas[0]" in p and "exceeds the nominal quota" in p for p in problems_of(data))
 
 

@@ -183,6 +183,11 @@ class Versions(Model):
             if (component, version) not in catalog.RELEASES:
                 known = ", ".join(catalog.known_versions(component))
                 raise ValueError(f"{component} {version} is not in the catalog (known: {known})")
+        chosen = (self.kueue, self.jobset, self.trainer)
+        if chosen not in catalog.PROVEN_TOGETHER:
+            proven = "; ".join(f"kueue {k}, jobset {j}, trainer {t}" for k, j, t in sorted(catalog.PROVEN_TOGETHER))
+            raise ValueError(f"kueue {self.kueue}, jobset {self.jobset} and trainer {self.trainer} are not proven to "
+                             f"work together (catalog.PROVEN_TOGETHER: {proven})")
         return self
 
 

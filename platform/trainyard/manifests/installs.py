@@ -124,8 +124,7 @@ def releases(config: PlatformConfig, lock: ImageLock | None = None) -> list[Char
     # templates/manager/manager.yaml (controllerManager.manager.image.repository:tag), trainer
     # templates/_helpers.tpl "trainer.image" (image.registry/image.repository:image.tag).
     return [
-        # The JobSet chart has no image.registry: the repository carries the registry host
-        # (templates/controller/deployment.yaml: "{{ .Values.image.repository }}:{{ .Values.image.tag }}").
+        # The JobSet chart has no image.registry: the repository carries the registry host (Ref above).
         _release(config, "jobset", {
             "image": {"repository": jobset_image.name, "tag": _tag(jobset_image), "pullPolicy": "IfNotPresent"},
         }),

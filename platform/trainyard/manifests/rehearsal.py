@@ -2,7 +2,12 @@
 
 They carry each pool's node labels, taints, a value for every topology label and
 ``nvidia.com/gpu`` capacity, so that Kueue flavors, TAS levels and quotas can be
-exercised without GPUs. Only pools marked ``fake`` get nodes.
+exercised without GPUs. Only pools marked ``fake`` get nodes, unless the caller rehearses a
+stack whose pools are real (``every_pool``: ``trainyard rehearse prod`` makes 56 fake nodes
+shaped like prod's).
+
+kwok (the rehearsal's fake kubelet) manages exactly the nodes annotated ``KWOK_NODE_ANNOTATION``:
+it keeps their lease and Ready condition fresh and runs their pods' lifecycle.
 """
 
 from __future__ import annotations
@@ -15,12 +20,14 @@ from trainyard.manifests.meta import MANAGED_BY, Manifest
 
 NODES_PER_RACK = 2
 RACKS_PER_BLOCK = 2
+# Ref: kwok docs "Manage nodes": --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake
+KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 
 
-def fake_nodes(config: PlatformConfig) -> list[Manifest]:
+def fake_nodes(config: PlatformConfig, every_pool: bool = False) -> list[Manifest]:
     nodes: list[Manifest] = []
     for pool in config.gpu_pools:
-        if not pool.fake:
+        if not (pool.fake or every_pool):
             continue
         for index in range(pool.nodes):
             name = f"{pool.name}-{index}"
@@ -39,7 +46,7 @@ def fake_nodes(config: PlatformConfig) -> list[Manifest]:
             node: Manifest = {
                 "apiVersion": "v1",
                 "kind": "Node",
-                "metadata": {"name": name, "labels": labels},
+                "metadata": {"name": name, "labels": labels, "annotations": {KWOK_NODE_ANNOTATION[0]: KWOK_NODE_ANNOTATION[1]}},
                 "spec": {"taints": [{k: v for k, v in t.model_dump().items() if v is not None} for t in pool.taints]},
                 # Ready, as a kubelet would report it: Kueue's TAS only counts ready nodes.
                 "status": {"capacity": capacity, "allocatable": dict(capacity),

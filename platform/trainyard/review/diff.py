@@ -22,7 +22,7 @@ from typing import Any
 
 from trainyard import catalog
 from trainyard.config import ConfigError, PlatformConfig
-from trainyard.manifests import RenderedPlatform
+from trainyard.manifests import RenderedPlatform, RenderError
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest
 from trainyard.project import Stack, open_stack
@@ -183,7 +183,7 @@ def queue_highlights(changes: Sequence[ObjectChange]) -> list[str]:
         for f in change.fields:
             match = _GPU_QUOTA.match(f.path)
             if match and match["resource"] == catalog.GPU_RESOURCE:
-                lines.append(f"`{change.name}` {match['flavor']} {_QUOTA_WORDS[match['field']]} {arrow(f.old, f.new)}")
+                lines.append(f"`{change.name}` {match['flavor']} {_QUOTA_WORDS[match['field']]} {arrow(f.old, f.new, f.path)}")
     return lines
 
 
@@ -278,6 +278,10 @@ def review_against_revision(stack: str, rev: str, root: Path, *, evaluator: Eval
             except ConfigError as exc:
                 problems = "; ".join(p.render(str(relative)) for p in exc.problems)
                 raise revision.RevisionError(f"stack {relative} at {rev} does not load: {problems}") from None
+            except RenderError as exc:
+                # Paths name the temporary checkout; say which revision (--base) it was.
+                message = str(exc).replace(f"{tree}/", "")
+                raise revision.RevisionError(f"stack {relative} at revision {rev} (--base) does not render: {message}") from None
         else:
             base = Side(resolved.label)
             notes.append(f"`{relative}` does not exist at {resolved.label}: everything is added.")

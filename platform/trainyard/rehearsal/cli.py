@@ -1,0 +1,176 @@
+"""``trainyard cluster up|down|status|env|smoke`` and ``trainyard rehearse STACK SCENARIO...``.
+
+Registered through ``trainyard.cli.EXTRA_COMMANDS``. Exit codes as everywhere in ``trainyard``:
+0 success, 1 a scenario's expectations (or the smoke test) not met, 2 bad input (stack, scenario,
+cluster that cannot start) with a message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trainyard.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
+from trainyard.config.load import project_root
+from trainyard.project import open_stack
+from trainyard.rehearsal.cluster import ClusterError, ControlPlane, Processes, Settings
+from trainyard.rehearsal.kube import KubeError
+from trainyard.rehearsal.scenario import Job, ScenarioError, load_scenario, scenario_path
+from trainyard.rehearsal.session import Rehearsal, stop_everything
+
+
+def _rehearsal(stack: str) -> Rehearsal:
+    return Rehearsal(open_stack(stack))
+
+
+def _cmd_cluster(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    try:
+        if args.action == "env":
+            for name, value in settings.env().items():
+                print(f"export {name}={value}")
+            return EXIT_OK
+        if args.action == "status":
+            return _status(settings)
+        if args.action == "down":
+            stack_marker = settings.state_dir / "stack"
+            if stack_marker.exists() and ControlPlane(settings).api_ready():
+                _rehearsal(args.stack or stack_marker.read_text().strip()).down(purge=args.purge)
+            else:
+                stop_everything(settings)
+                if args.purge:
+                    import shutil
+
+                    shutil.rmtree(settings.state_dir, ignore_errors=True)
+            return EXIT_OK
+        rehearsal = _rehearsal(args.stack or "local")
+        if args.action == "up":
+            rehearsal.up()
+            return EXIT_OK
+        if args.action == "smoke":
+            return _smoke(rehearsal)
+    except (ClusterError, KubeError, TimeoutError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    raise UsageError(f"unknown action {args.action}")
+
+
+def _status(settings: Settings) -> int:
+    processes = Processes(settings)
+    plane = ControlPlane(settings)
+    ok = True
+    for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "jobset", "trainer", "kueue"):
+        running = processes.running(name)
+        print(f"{name}: {f'running (pid {processes.pid(name)})' if running else 'stopped'}")
+    if plane.api_ready():
+        print(f"apiserver: ready at {plane.server}")
+    else:
+        print("apiserver: not ready")
+        ok = False
+    ok = ok and plane.healthy()
+    print(f"kubeconfig: {settings.kubeconfig} (context trainyard-local)")
+    return EXIT_OK if ok else EXIT_VIOLATIONS
+
+
+def _smoke(rehearsal: Rehearsal) -> int:
+    """One TrainJob per tenant through its LocalQueue: admitted, pods bound to the right pool, completed."""
+    config = rehearsal.config
+    failures = 0
+    for tenant in config.tenants:
+        quota = tenant.quotas[0]
+        pool = config.pool(quota.flavor)
+        name = f"smoke-{tenant.name}"[:63]
+        namespace = tenant.namespace_name
+        rehearsal.kube.delete("trainjobs.trainer.kubeflow.org", name, namespace=namespace, wait=True)
+        job = Job(name=name, tenant=tenant.name, runtime=config.runtimes.approved[0], nodes=1,
+                  gpus_per_node=min(pool.gpus_per_node, quota.gpus or 1), flavor=pool.name, run_for="3s")
+        rehearsal.submit(job)
+        try:
+            rehearsal.wait_finished([name], namespace, timeout=180)
+        except TimeoutError as exc:
+            print(f"FAILED {namespace}/{name}: {exc}")
+            failures += 1
+            continue
+        workload = next(w for w in rehearsal.workloads(namespace)
+                        if any(r["name"] == name for r in w["metadata"].get("ownerReferences", [])))
+        admission = workload["status"]["admission"]
+        flavors = sorted({f for a in admission["podSetAssignments"] for f in a.get("flavors", {}).values()})
+        pods = [p for p in rehearsal.kube.items("pods", namespace, selector=f"jobset.sigs.k8s.io/jobset-name={name}")]
+        nodes = {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in pods}
+        node_pools = {n["metadata"]["name"]: n["metadata"]["labels"] for n in rehearsal.kube.items("nodes", None)}
+        right_pool = bool(nodes) and all(
+            all(node_pools.get(node, {}).get(k) == v for k, v in pool.node_labels.items()) for node in nodes.values())
+        ok = right_pool and flavors == [pool.name]
+        failures += 0 if ok else 1
+        print(f"{'ok' if ok else 'FAILED'} {namespace}/{name}: admitted by ClusterQueue {admission['clusterQueue']} "
+              f"(flavor {', '.join(flavors)}), pods {', '.join(f'{p}->{n}' for p, n in sorted(nodes.items()))} "
+              f"{'on' if right_pool else 'NOT on'} pool {pool.name}, completed")
+    return EXIT_OK if failures == 0 else EXIT_VIOLATIONS
+
+
+def _cmd_rehearse(args: argparse.Namespace) -> int:
+    root = project_root()
+    try:
+        scenarios = [load_scenario(scenario_path(name, root)) for name in args.scenarios]
+    except ScenarioError as exc:
+        print(f"error: invalid scenario {exc.file}", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {exc.file}: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    stack = open_stack(args.stack)
+    for scenario in scenarios:
+        if stack.name not in scenario.stacks:
+            print(f"error: scenario {scenario.name} is written for {', '.join(scenario.stacks)}, not {stack.name}",
+                  file=sys.stderr)
+            return EXIT_BAD_INPUT
+    failed: list[str] = []
+    base = Rehearsal(stack)
+    try:
+        base.up()
+        for scenario in scenarios:
+            rehearsal = base.with_overrides(scenario.platform)
+            # Kueue restarts when the scenario changes its configuration (e.g. waitForPodsReady timeouts).
+            rehearsal.controllers.up()
+            run = rehearsal.deploy_if_changed()
+            if run is not None:
+                print(f"    deployed {stack.name} with the real engine in {run.seconds:.0f}s "
+                      f"({'ok' if run.returncode == 0 else 'FAILED'}; log {rehearsal.settings.logs})", flush=True)
+                if run.returncode != 0:
+                    print(run.output[-4000:], file=sys.stderr)
+                    return EXIT_BAD_INPUT
+            rehearsal.reset_jobs()
+            if rehearsal.run_scenario(scenario):
+                failed.append(scenario.name)
+            if not args.keep_jobs:
+                rehearsal.reset_jobs()
+    except (ClusterError, KubeError, TimeoutError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if failed:
+        print(f"\n{len(failed)} of {len(scenarios)} scenarios did not meet their expectations: {', '.join(failed)}")
+        return EXIT_VIOLATIONS
+    print(f"\nall {len(scenarios)} scenarios met their expectations")
+    return EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    help_text = "the rehearsal cluster: control plane, real Kueue/JobSet/Trainer, kwok and fake GPU nodes on 127.0.0.1"
+    cluster = subparsers.add_parser("cluster", help=help_text, description=help_text)
+    cluster.add_argument("action", choices=["up", "down", "status", "env", "smoke"],
+                         help="up: start (idempotent); down: stop (webhooks removed first); status; env: variables; "
+                         "smoke: one TrainJob per tenant, admitted, placed on its pool and completed")
+    cluster.add_argument("stack", metavar="STACK", nargs="?", help="stack whose pools and Kueue settings to use (default local)")
+    cluster.add_argument("--purge", action="store_true", help="down: also delete the cluster's state directory")
+    cluster.set_defaults(func=_cmd_cluster)
+
+    help_text = "rehearse a stack on fake GPU nodes with the real controllers: run scenarios, print Kueue's decisions"
+    rehearse = subparsers.add_parser("rehearse", help=help_text, description=help_text)
+    rehearse.add_argument("stack", metavar="STACK", help="stack name (prod = stacks/Pulumi.prod.yaml) or path")
+    rehearse.add_argument("scenarios", metavar="SCENARIO", nargs="+",
+                          help="scenario name (scenarios/NAME.yaml) or path to a scenario file")
+    rehearse.add_argument("--keep-jobs", action="store_true", help="leave the last scenario's TrainJobs in place")
+    rehearse.set_defaults(func=_cmd_rehearse)
+
+
+if register not in EXTRA_COMMANDS:
+    EXTRA_COMMANDS.append(register)

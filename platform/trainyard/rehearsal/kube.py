@@ -1,0 +1,114 @@
+"""A thin client over the built ``kubectl``: JSON in, JSON out, errors that say what failed.
+
+The rehearsal talks to its API server only through this (and ``kubectl`` only through it), so
+every call uses the rehearsal's kubeconfig and the kubectl built with the API server, never an
+ambient one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+Manifest = dict[str, Any]
+T = TypeVar("T")
+
+
+class KubeError(Exception):
+    """A kubectl call that failed: the command and what the API server said."""
+
+
+@dataclass(frozen=True)
+class Kube:
+    kubectl: Path
+    kubeconfig: Path
+
+    def run(self, *args: str, stdin: str | None = None, check: bool = True,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        command = [str(self.kubectl), "--kubeconfig", str(self.kubeconfig), *args]
+        try:
+            result = subprocess.run(command, input=stdin, capture_output=True, text=True,  # noqa: S603 - the built kubectl
+                                    timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise KubeError(f"kubectl {' '.join(args)}: no answer in {timeout:.0f}s") from None
+        if check and result.returncode != 0:
+            raise KubeError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
+        return result
+
+    def get(self, resource: str, name: str | None = None, namespace: str | None = None) -> Any:
+        """One object, or (without a name) the list; namespace ``"*"`` means every namespace."""
+        args = ["get", resource, *([name] if name else [])]
+        if namespace == "*":
+            args.append("--all-namespaces")
+        elif namespace:
+            args += ["-n", namespace]
+        return json.loads(self.run(*args, "-o", "json").stdout)
+
+    def items(self, resource: str, namespace: str | None = "*", selector: str | None = None) -> list[Manifest]:
+        args = ["get", resource, "-o", "json"]
+        args += ["--all-namespaces"] if namespace == "*" else (["-n", namespace] if namespace else [])
+        if selector:
+            args += ["-l", selector]
+        items: list[Manifest] = json.loads(self.run(*args).stdout)["items"]
+        return items
+
+    def exists(self, resource: str, name: str, namespace: str | None = None) -> bool:
+        args = ["get", resource, name, "-o", "name", *(["-n", namespace] if namespace else [])]
+        return self.run(*args, check=False).returncode == 0
+
+    def apply(self, objects: Iterable[Manifest], field_manager: str, server_side: bool = True) -> str:
+        documents = "".join("---\n" + json.dumps(o) + "\n" for o in objects)
+        if not documents:
+            return ""
+        args = ["apply", "-f", "-", f"--field-manager={field_manager}"]
+        if server_side:
+            args += ["--server-side", "--force-conflicts"]
+        return self.run(*args, stdin=documents).stdout
+
+    def create(self, obj: Manifest) -> Manifest:
+        created: Manifest = json.loads(self.run("create", "-f", "-", "-o", "json", stdin=json.dumps(obj)).stdout)
+        return created
+
+    def delete(self, resource: str, *names: str, namespace: str | None = None, wait: bool = False,
+               selector: str | None = None) -> None:
+        args = ["delete", resource, *names, "--ignore-not-found", f"--wait={str(wait).lower()}"]
+        if namespace:
+            args += ["-n", namespace]
+        if selector:
+            args += ["-l", selector]
+        self.run(*args)
+
+    def patch(self, resource: str, name: str, patch: Manifest | list[Manifest], namespace: str | None = None,
+              subresource: str | None = None, kind: str = "merge") -> None:
+        args = ["patch", resource, name, f"--type={kind}", "-p", json.dumps(patch)]
+        if namespace:
+            args += ["-n", namespace]
+        if subresource:
+            args.append(f"--subresource={subresource}")
+        self.run(*args)
+
+    def kustomize(self, directory: Path) -> list[Manifest]:
+        """``kubectl kustomize DIR``: the upstream kustomizations, rendered as upstream's Makefiles do."""
+        import yaml
+
+        return [d for d in yaml.safe_load_all(self.run("kustomize", str(directory)).stdout) if d]
+
+
+def wait_until(what: str, check: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
+    """Poll ``check`` until it returns something other than None/False; TimeoutError names ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = check()
+        except KubeError:
+            value = None
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)

@@ -1,0 +1,306 @@
+"""``Rehearsal``: one stack on one rehearsal cluster. Start it, deploy it with the real engine, submit TrainJobs, watch Kueue.
+
+Used by ``trainyard cluster``, ``trainyard rehearse``, ``make up`` and the cluster tier alike::
+
+    rehearsal = Rehearsal(open_stack("local"))
+    rehearsal.up()                      # control plane, CRDs, kwok, controllers, fake nodes
+    rehearsal.deploy()                  # tools/pulumi-local.sh up, on the rehearsal overlay of the stack
+    rehearsal.submit(Job(name="demo", tenant="team-a", gpus_per_node=4))
+    rehearsal.wait_finished(["demo"])
+    rehearsal.workloads("team-a")
+    rehearsal.down()                    # webhooks first, then controllers, kwok, control plane
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainyard import catalog
+from trainyard.config.model import PlatformConfig
+from trainyard.manifests.meta import DEFAULT_LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, TENANT_LABEL
+from trainyard.manifests.rehearsal import fake_nodes
+from trainyard.project import Stack
+from trainyard.rehearsal.cluster import ClusterError, ControlPlane, Settings
+from trainyard.rehearsal.controllers import Controllers
+from trainyard.rehearsal.kube import Kube, KubeError, Manifest, wait_until
+from trainyard.rehearsal.kwok import NEVER_READY_ANNOTATION, RUN_FOR_ANNOTATION, Kwok
+from trainyard.rehearsal.report import Observer, check, table
+from trainyard.rehearsal.scenario import Job, Scenario, seconds
+from trainyard.rehearsal.stack import write_rehearsal_stack
+
+# The runtimePatches manager the rehearsal's own pod settings go under (Kueue writes kueue.x-k8s.io/manager).
+PATCH_MANAGER = "trainyard.dev/rehearsal"
+PROBE_NAMESPACE = "trainyard-rehearsal"
+TRAINJOBS_QUOTA_KEY = "count/trainjobs.trainer.kubeflow.org"
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    returncode: int
+    output: str
+    seconds: float
+
+
+class Rehearsal:
+    def __init__(self, stack: Stack, settings: Settings | None = None, overrides: Mapping[str, Any] | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.stack = stack
+        self.settings = settings or Settings.from_env(env)
+        self.env = dict(os.environ if env is None else env)
+        self.overrides = dict(overrides or {})
+        self.stack_file = self.settings.state_dir / "stacks" / f"Pulumi.{stack.name}.yaml"
+        self.config: PlatformConfig = write_rehearsal_stack(stack.path, self.stack_file, self.overrides)
+        self.control_plane = ControlPlane(self.settings)
+        self.kube: Kube = self.settings.kube()
+        self.kwok = Kwok(self.settings, self.kube)
+        self.controllers = Controllers(self.settings, self.config, self.kube)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Rehearsal:
+        """The same stack and cluster with a scenario's platform overrides."""
+        return Rehearsal(self.stack, self.settings, overrides, self.env)
+
+    def up(self) -> None:
+        """Everything but the stack itself: control plane, CRDs, kwok, controllers, fake nodes. Idempotent."""
+        start = time.monotonic()
+        self._claim_cluster()
+        print(f"==> rehearsal cluster for stack {self.stack.name} in {self.settings.state_dir}", flush=True)
+        self.controllers.check_versions()
+        self.control_plane.up()
+        self.controllers.install_crds()
+        self.wait_for_quota_controller()
+        self.kwok.up()
+        self.controllers.up()
+        nodes = fake_nodes(self.config, every_pool=True)
+        self.control_plane.apply_nodes(nodes)
+        self._wait_nodes_ready([n["metadata"]["name"] for n in nodes])
+        print(f"==> rehearsal cluster up in {time.monotonic() - start:.0f}s: {self.control_plane.server}, "
+              f"{len(nodes)} fake GPU nodes, Kueue v{self.config.versions.kueue}, JobSet v{self.config.versions.jobset}, "
+              f"Trainer v{self.config.versions.trainer}; export KUBECONFIG={self.settings.kubeconfig}", flush=True)
+
+    def _claim_cluster(self) -> None:
+        """One stack per rehearsal cluster: its queues, nodes and tenants would mix with another's."""
+        marker = self.settings.state_dir / "stack"
+        holder = marker.read_text().strip() if marker.exists() else None
+        if holder and holder != self.stack.name:
+            raise ClusterError(f"the rehearsal cluster in {self.settings.state_dir} holds stack {holder!r}; "
+                               f"`trainyard cluster down --purge` first, or use another TRAINYARD_CLUSTER_DIR and ports "
+                               f"(`trainyard cluster env` lists them)")
+        self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        marker.write_text(self.stack.name + "\n")
+
+    def wait_for_quota_controller(self, timeout: float = 120) -> None:
+        """Return once kube-controller-manager's quota controller counts TrainJobs.
+
+        A ResourceQuota that lists ``count/trainjobs...`` and is synced before the quota controller has
+        discovered the TrainJob CRD (it rediscovers every 30 s) gets no usage for it, and nothing requeues it
+        before the full resync (``--resource-quota-sync-period``, 5 min): meanwhile the API server refuses every
+        TrainJob in that namespace ("status unknown for quota"). The rehearsal installs the CRDs before the
+        stack, so it waits here, with a probe quota whose spec it changes until the controller counts it,
+        and every tenant quota created afterwards is counted at once.
+        Ref: kubernetes pkg/controller/resourcequota/resource_quota_controller.go (Sync, replenishQuota).
+        """
+        kube = self.kube
+        counter = [0]
+
+        def counted() -> bool:
+            counter[0] += 1
+            # Only a change of spec.hard makes the controller look at a quota again. (A namespace left
+            # terminating by an earlier run refuses the quota until it is gone; then it is made again.)
+            kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROBE_NAMESPACE}},
+                        {"apiVersion": "v1", "kind": "ResourceQuota",
+                         "metadata": {"name": "trainjob-discovery-probe", "namespace": PROBE_NAMESPACE},
+                         "spec": {"hard": {TRAINJOBS_QUOTA_KEY: str(1000 + counter[0] % 2)}}}], "trainyard-rehearsal")
+            quota = kube.get("resourcequota", "trainjob-discovery-probe", PROBE_NAMESPACE)
+            return TRAINJOBS_QUOTA_KEY in (quota.get("status", {}).get("used") or {})
+
+        start = time.monotonic()
+        wait_until("the quota controller to count TrainJobs", counted, timeout, interval=2)
+        kube.delete("namespace", PROBE_NAMESPACE)
+        waited = time.monotonic() - start
+        if waited > 1:
+            print(f"    quota controller counts TrainJobs (waited {waited:.0f}s for its CRD discovery)", flush=True)
+
+    def _wait_nodes_ready(self, names: list[str]) -> None:
+        def ready() -> bool:
+            nodes = {n["metadata"]["name"]: n for n in self.kube.items("nodes", None)}
+            return all(any(c["type"] == "Ready" and c["status"] == "True" for c in nodes[n].get("status", {})
+                           .get("conditions", [])) and not any(t["key"] == "node.kubernetes.io/not-ready"
+                                                               for t in nodes[n].get("spec", {}).get("taints", []))
+                       for n in names if n in nodes) and set(names) <= set(nodes)
+
+        wait_until("the fake nodes to be Ready", ready, 60)
+
+    def down(self, purge: bool = False) -> None:
+        """Webhook registrations first (failurePolicy Fail), then controllers, kwok and the control plane."""
+        if self.control_plane.api_ready():
+            try:
+                self.controllers.unregister()
+            except KubeError as exc:
+                print(f"    warning: could not remove the webhook registrations: {exc}", file=sys.stderr)
+        stop_everything(self.settings)
+        if purge:
+            import shutil
+
+            shutil.rmtree(self.settings.state_dir, ignore_errors=True)
+            print(f"    removed {self.settings.state_dir}", flush=True)
+
+    # ------------------------------------------------------------------ the stack
+
+    def deploy(self, extra: Iterable[str] = ()) -> EngineRun:
+        """``pulumi up`` of the rehearsal overlay of the stack, with the real engine (tools/pulumi-local.sh)."""
+        return self.engine("up", "--yes", "--skip-preview", *extra)
+
+    def engine(self, command: str, *args: str) -> EngineRun:
+        env = {**self.env, **self.settings.env(), "TRAINYARD_STACK_FILE": str(self.stack_file)}
+        start = time.monotonic()
+        script = self.stack.root / "tools" / "pulumi-local.sh"
+        result = subprocess.run([str(script), command, self.stack.name, *args],  # noqa: S603 - the repo's script
+                                env=env, capture_output=True, text=True, check=False)
+        run = EngineRun(result.returncode, result.stdout + result.stderr, time.monotonic() - start)
+        log = self.settings.logs / f"pulumi-{self.stack.name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as handle:
+            handle.write(run.output)
+        return run
+
+    def deployed_digest(self) -> str:
+        return hashlib.sha256(self.stack_file.read_bytes()).hexdigest()
+
+    def deploy_if_changed(self) -> EngineRun | None:
+        """Deploy unless exactly this rehearsal stack file was deployed last (scenarios share one deployment)."""
+        marker = self.settings.state_dir / f"deployed.{self.stack.name}.sha256"
+        digest = self.deployed_digest()
+        if marker.exists() and marker.read_text() == digest:
+            return None
+        marker.unlink(missing_ok=True)
+        run = self.deploy()
+        if run.returncode == 0:
+            marker.write_text(digest)
+        return run
+
+    # ------------------------------------------------------------------ jobs
+
+    def trainjob(self, job: Job) -> Manifest:
+        return trainjob_for(self.config, job)
+
+    def submit(self, job: Job) -> Manifest:
+        return self.kube.create(self.trainjob(job))
+
+    def namespace_of(self, tenant: str) -> str:
+        return next(t.namespace_name for t in self.config.tenants if t.name == tenant)
+
+    def workloads(self, namespace: str | None = "*") -> list[Manifest]:
+        return self.kube.items("workloads.kueue.x-k8s.io", namespace)
+
+    def trainjobs(self, namespace: str | None = "*") -> list[Manifest]:
+        return self.kube.items("trainjobs.trainer.kubeflow.org", namespace)
+
+    def wait_finished(self, names: Iterable[str], namespace: str, timeout: float = 120) -> None:
+        wanted = set(names)
+
+        def done() -> bool:
+            complete = {t["metadata"]["name"] for t in self.trainjobs(namespace)
+                        if any(c["type"] == "Complete" and c["status"] == "True"
+                               for c in t.get("status", {}).get("conditions", []))}
+            return wanted <= complete
+
+        wait_until(f"TrainJobs {', '.join(sorted(wanted))} to complete", done, timeout, interval=1)
+
+    def reset_jobs(self, timeout: float = 120) -> None:
+        """Delete every TrainJob in the tenant namespaces and wait until their Workloads and pods are gone."""
+        for tenant in self.config.tenants:
+            self.kube.delete("trainjobs.trainer.kubeflow.org", "--all", namespace=tenant.namespace_name)
+
+        def clean() -> bool:
+            namespaces = {t.namespace_name for t in self.config.tenants}
+            return not any(w["metadata"]["namespace"] in namespaces for w in self.workloads()) and not any(
+                p["metadata"]["namespace"] in namespaces for p in self.kube.items("pods"))
+
+        wait_until("the previous scenario's jobs to be gone", clean, timeout, interval=1)
+
+    def run_scenario(self, scenario: Scenario, out: Any = None) -> list[str]:
+        """Submit the scenario's jobs on time, observe until all finished or the timeout; the unmet expectations."""
+        out = out or sys.stdout
+        observer = Observer(self.kube, self.config, scenario)
+        jobs = sorted(scenario.jobs, key=lambda j: seconds(j.submit_after))
+        start = time.monotonic()
+        deadline = start + seconds(scenario.timeout)
+        while True:
+            now = time.monotonic()
+            for job in jobs:
+                history = observer.history[job.name]
+                if history.submitted_at is None and now - start >= seconds(job.submit_after):
+                    self.submit(job)
+                    history.submitted_at = time.monotonic()
+            observer.observe()
+            everything_submitted = all(h.submitted_at is not None for h in observer.history.values())
+            if everything_submitted and all(h.finished_at is not None or h.failed for h in observer.history.values()):
+                break
+            if now >= deadline:
+                break
+            time.sleep(1)
+        print(f"\n## {scenario.name} ({self.stack.name}, {time.monotonic() - start:.0f}s)\n\n{scenario.description}\n",
+              file=out)
+        print(table(observer), file=out)
+        failures = check(observer, scenario.expect)
+        for failure in failures:
+            print(f"EXPECTATION NOT MET: {failure}", file=out)
+        if not failures:
+            print(f"all {len(scenario.expect)} expectations met", file=out)
+        self.last_observer = observer
+        return failures
+
+
+def trainjob_for(config: PlatformConfig, job: Job) -> Manifest:
+    """A tenant's TrainJob as the rehearsal submits it: through the tenant's LocalQueue, resources per node,
+    and the rehearsal's pod settings (kwok run time, never-ready, flavor pinning) as a runtime patch."""
+    tenant = next((t for t in config.tenants if t.name == job.tenant), None)
+    if tenant is None:
+        raise ClusterError(f"job {job.name}: tenant {job.tenant!r} is not in the stack")
+    pool = config.pool(job.flavor) if job.flavor else None
+    if job.flavor and pool is None:
+        raise ClusterError(f"job {job.name}: flavor {job.flavor!r} is not a GPU pool of the stack")
+    labels = {QUEUE_NAME_LABEL: DEFAULT_LOCAL_QUEUE, TENANT_LABEL: tenant.name}
+    if job.priority:
+        labels[PRIORITY_CLASS_LABEL] = job.priority
+    # Tenant namespaces' ResourceQuota limits requests.cpu/memory: every pod must request them.
+    resources = {catalog.GPU_RESOURCE: str(job.gpus_per_node), "cpu": "1", "memory": "4Gi"}
+    annotations = {RUN_FOR_ANNOTATION: job.run_for}
+    if job.never_ready:
+        annotations[NEVER_READY_ANNOTATION] = "true"
+    pod_spec: dict[str, Any] = {}
+    if pool is not None:
+        pod_spec["nodeSelector"] = dict(pool.node_labels)
+    pod_template: dict[str, Any] = {"metadata": {"annotations": annotations}}
+    if pod_spec:
+        pod_template["spec"] = pod_spec
+    return {
+        "apiVersion": catalog.TRAINER_API,
+        "kind": "TrainJob",
+        "metadata": {"name": job.name, "namespace": tenant.namespace_name, "labels": labels},
+        "spec": {
+            "runtimeRef": {"name": job.runtime},
+            "trainer": {"numNodes": job.nodes, "resourcesPerNode": {"requests": resources, "limits": resources}},
+            # Ref: trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go (RuntimePatch)
+            "runtimePatches": [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
+                "replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod_template}}}]}}}}],
+        },
+    }
+
+
+def stop_everything(settings: Settings) -> None:
+    """Stop every process of the cluster by its pid file (the order matters only for the webhooks, removed before)."""
+    from trainyard.rehearsal.cluster import CONTROL_PLANE, Processes
+
+    processes = Processes(settings)
+    for name in ("kueue", "trainer", "jobset", "kwok", *reversed(CONTROL_PLANE)):
+        processes.stop(name)
