@@ -150,7 +150,8 @@ def cluster_queue_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
         # A second group: a resource or flavor can be in only one. Ref: Kueue docs, tasks/manage/share_quotas_across_flavors.
         spec["resourceGroups"].append({
             "coveredResources": [MIG_SLICES],
-            "flavors": [{"name": MIG_SLICE_FLAVOR, "resources": [{"name": MIG_SLICES, "nominalQuota": canonical_quantity(tenant.mig_slices)}]}],
+            "flavors": [{"name": MIG_SLICE_FLAVOR,
+                         "resources": [{"name": MIG_SLICES, "nominalQuota": canonical_quantity(tenant.mig_slices)}]}],
         })
     return {
         "apiVersion": API,

@@ -16,9 +16,9 @@ from typing import Any
 
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
+from trainyard.quantity import parse_quantity
 from trainyard.rehearsal.kube import Kube, Manifest
 from trainyard.rehearsal.scenario import Expectation, Scenario
-from trainyard.quantity import parse_quantity
 
 
 @dataclass

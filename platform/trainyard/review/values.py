@@ -11,8 +11,8 @@ import re
 from fractions import Fraction
 from typing import Any, Final
 
-from trainyard.review.changes import ABSENT
 from trainyard.quantity import format_quantity, parse_quantity
+from trainyard.review.changes import ABSENT
 from trainyard.review.render import REDACTED
 
 MAX_VALUE_CHARS: Final = 120
