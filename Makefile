@@ -123,7 +123,7 @@ test-serving: setup serving-env ## Registry to storage for real: MLflow, S3 (Sea
 	$(BIN)/pytest -q -s -m serving tests/serving $(PYTEST_ARGS)
 
 .PHONY: test-dataplane
-test-dataplane: setup ## The dataplane tier: real MLflow (tools venv) + Debian PostgreSQL + SeaweedFS (or moto while absent)
+test-dataplane: setup ## The dataplane tier: a real SeaweedFS (weed) with Trainyard's identities and buckets; real MLflow (tools venv) + Debian PostgreSQL
 	$(BIN)/pytest -q --tb=short -m dataplane tests/dataplane $(PYTEST_ARGS)
 .PHONY: test-monitoring
 test-monitoring: setup ## Alert rules through the real promtool (check rules, test rules); after `make tools`

@@ -41,6 +41,7 @@ from trainyard.policy.crossguard import (
     manifest_from,
     platform_config_from_environment,
     stack_of,
+    with_placeholders,
 )
 
 __all__ = ["PACK_NAME", "PolicyPack", "policies"]
@@ -83,6 +84,7 @@ def validate_resource(rule: Rule, args: ResourceValidationArgs, report: ReportVi
         return
     protected = bool(args.opts.protect)
     ctx = Context(stack_config(args.urn), protection=lambda _: protected)
+    obj = with_placeholders(obj, ctx.config, PROJECT_ROOT)
     for message in rule.check_object(obj, ctx):
         report(violation(rule, message), None)
 
@@ -91,17 +93,18 @@ def validate_stack(rule: Rule, args: StackValidationArgs, report: ReportViolatio
     if rule.check_stack is None:
         return
     declared: list[tuple[PolicyResource, Manifest]] = []
+    config = stack_config(args.resources[0].urn if args.resources else "")
     for resource in args.resources:
         obj = manifest_from(resource.resource_type, resource.props)
         if obj is not None:
-            declared.append((resource, obj))
+            declared.append((resource, with_placeholders(obj, config, PROJECT_ROOT)))
     resource_of: Mapping[int, PolicyResource] = {id(obj): resource for resource, obj in declared}
 
     def protection(obj: Manifest) -> bool | None:
         resource = resource_of.get(id(obj))
         return bool(resource.opts.protect) if resource is not None else None
 
-    ctx = Context(stack_config(declared[0][0].urn if declared else ""), protection=protection)
+    ctx = Context(config, protection=protection)
     for obj, message in rule.check_stack([obj for _, obj in declared], ctx):
         owner = resource_of.get(id(obj)) if obj is not None else None
         report(violation(rule, message), owner.urn if owner is not None else None)

@@ -32,7 +32,7 @@ fi
 export GOTOOLCHAIN=local
 export CGO_ENABLED="${CGO_ENABLED:-0}"
 
-ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueue jobset trainer kwok)
+ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueue jobset trainer kwok seaweedfs)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
@@ -41,6 +41,12 @@ PULUMI_VERSION=v3.274.1
 PULUMI_K8S_VERSION=4.25.0   # release the provider/v4 pseudo-version went into (docs/tools.md)
 HELM_VERSION=v3.22.0
 CRANE_VERSION=v0.22.1       # github.com/google/go-containerregistry (tools/crane/go.mod)
+# SeaweedFS is built inside its own module (from the module zip): its go.mod has a replace
+# directive that a wrapper module would not inherit. The proxy lists exactly this pseudo-version
+# (weed/util/version/constants.go of that commit says 4.53).
+SEAWEEDFS_MODULE=github.com/seaweedfs/seaweedfs
+SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
+SEAWEEDFS_MODSUM="h1:LOYZFToHq9F7pSR6lkPGfkM8RmHlVFrzndKdhmNZjrU="
 PROMTOOL_VERSION=3.16.0     # VERSION file of github.com/prometheus/prometheus v0.316.0
 # The rehearsal's controllers: keep equal to trainyard.catalog (REHEARSAL_PROVEN; a test checks it).
 KUEUE_VERSION=v0.19.2
@@ -55,6 +61,7 @@ tool_module() {
     jobset) echo "sigs.k8s.io/jobset@$JOBSET_VERSION" ;;
     trainer) echo "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" ;;
     kwok) echo "sigs.k8s.io/kwok@$KWOK_VERSION" ;;
+    seaweedfs) echo "$SEAWEEDFS_MODULE@$SEAWEEDFS_VERSION" ;;
   esac
 }
 
@@ -86,6 +93,7 @@ tool_bins() {
     pulumi-kubernetes) echo "pulumi-resource-kubernetes ./cmd/pulumi-resource-kubernetes" ;;
     helm) echo "helm helm.sh/helm/v3/cmd/helm" ;;
     crane) echo "crane github.com/google/go-containerregistry/cmd/crane" ;;
+    seaweedfs) echo "weed ./weed" ;;
     promtool) echo "promtool github.com/prometheus/prometheus/cmd/promtool" ;;
     kueue) echo "kueue ./cmd/kueue" ;;
     jobset) echo "jobset-controller ." ;;   # main.go at the module root (upstream Makefile: build main.go)
@@ -133,6 +141,7 @@ tool_ldflags() {
       ;;
     # `crane version` reads this variable (cmd/crane/cmd/version.go); without it it prints "(devel)".
     crane) x=" -X github.com/google/go-containerregistry/cmd/crane/cmd.Version=$CRANE_VERSION" ;;
+    seaweedfs) x=" -X $SEAWEEDFS_MODULE/weed/util/version.COMMIT=$SEAWEEDFS_VERSION" ;;
     promtool) x=" -X github.com/prometheus/common/version.Version=$PROMTOOL_VERSION" ;;
     # The version variables the upstream Makefiles set (kueue/jobset Makefile LD_FLAGS, kwok hack/releases.sh).
     kueue) x=" -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" ;;
@@ -172,6 +181,7 @@ tool_stamp() {
     echo "ldflags=$(tool_ldflags "$t")"
     echo "flags=$(tool_buildflags "$t")"
     tool_bins "$t"
+    [[ "$t" != seaweedfs ]] || echo "sum=$SEAWEEDFS_MODSUM"
     if [[ -n "$m" ]]; then echo "module=$m share=$(tool_share "$t")"; else
     dir="$(tool_mod_dir "$t")"
     (cd "$dir" && find . -type f \( -name go.mod -o -name go.sum -o -name '*.go' -o -name '*.sh' \) \
@@ -197,6 +207,7 @@ prepare() {
   local t="$1" dir; dir="$(tool_mod_dir "$t")"
   case "$t" in
     pulumi-kubernetes) prepare_pulumi_kubernetes "$dir" ;;
+    seaweedfs) prepare_module_zip "$SEAWEEDFS_MODULE" "$SEAWEEDFS_VERSION" "$SEAWEEDFS_MODSUM" ;;
     *) echo "$dir" ;;
   esac
 }
@@ -217,6 +228,20 @@ prepare_pulumi_kubernetes() {
   (cd "$dst" && "$GO" run -mod=readonly ./cmd/gen-embed -provider "$moddir" \
       -version "$PULUMI_K8S_VERSION" -out ./cmd/pulumi-resource-kubernetes >&2)
   echo "$dst"
+}
+
+# A module built in its own directory from the module cache (`go mod download` verifies the zip
+# against the checksum database; the sum pinned above must match it too). Its own go.mod/go.sum
+# then drive the build, with -mod=readonly.
+prepare_module_zip() {
+  local module="$1" version="$2" want_sum="$3" json dir sum
+  json="$(cd "$WORK_DIR" && "$GO" mod download -json "$module@$version")"
+  dir="$(sed -n 's/^\t"Dir": "\(.*\)",$/\1/p' <<<"$json")"
+  sum="$(sed -n 's/^\t"Sum": "\(.*\)",$/\1/p' <<<"$json")"
+  if [[ "$sum" != "$want_sum" ]]; then
+    log "build.sh: $module@$version has sum '$sum', pinned '$want_sum'"; return 1
+  fi
+  echo "$dir"
 }
 
 # ----------------------------------------------------------- post hooks

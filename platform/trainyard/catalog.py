@@ -162,6 +162,15 @@ _CERT_MANAGER_CRDS = tuple(
     )
 )
 
+# MinIO Operator v7.1.1 ships its CRDs as plain templates (helm/operator/templates/*.yaml, no switch);
+# Trainyard still declares them itself, from these verified files (same blobs as the chart's copies).
+_MINIO_CRDS = (
+    CrdFile("minio.min.io_tenants.yaml", "resources/base/crds/minio.min.io_tenants.yaml",
+            "d1f4e303b0a71b712c127167be989989c458d145"),
+    CrdFile("sts.min.io_policybindings.yaml", "resources/base/crds/sts.min.io_policybindings.yaml",
+            "36099645884dbe98977581ccff3b994cfe8c4d96"),
+)
+
 # CloudNativePG 1.30.0 CRDs (config/crd/bases at v1.30.0); the chart ships the same in templates/crds/crds.yaml.
 # Ref: ../shared/crds/SOURCES.md, "cloudnative-pg v1.30.0".
 _CNPG_CRDS = _crd_files(
@@ -295,6 +304,42 @@ RELEASES: dict[tuple[str, str], Release] = {
             ),
         ),
         Release(
+            component="seaweedfs",
+            version="4.44.0",
+            repository="https://github.com/seaweedfs/seaweedfs",
+            tag="4.44",
+            # Ref: k8s/charts/seaweedfs/README.md ("helm repo add seaweedfs https://seaweedfs.github.io/seaweedfs/helm")
+            chart=ChartRef("seaweedfs", "https://seaweedfs.github.io/seaweedfs/helm"),
+            namespace="object-store",
+            crds=(),
+            # The chart's default image is chrislusf/seaweedfs:<appVersion> (templates/shared/_helpers.tpl seaweedfs.image).
+            image=Image("docker.io", "chrislusf/seaweedfs", "4.44"),
+        ),
+        Release(
+            component="minio",
+            version="7.1.1",
+            repository="https://github.com/minio/operator",
+            tag="v7.1.1",
+            # Ref: helm/operator/README.md ("helm repo add minio-operator https://operator.min.io")
+            chart=ChartRef("operator", "https://operator.min.io"),
+            namespace="minio-operator",
+            crds=_MINIO_CRDS,
+            image=Image("quay.io", "minio/operator", "v7.1.1"),
+        ),
+        Release(
+            component="minio-tenant",
+            version="7.1.1",
+            repository="https://github.com/minio/operator",
+            tag="v7.1.1",
+            chart=ChartRef("tenant", "https://operator.min.io"),
+            namespace="object-store",
+            crds=(),
+            # The tenant chart's own pin (helm/tenant/values.yaml tenant.image). MinIO publishes no community
+            # images any more (minio/minio#21647; Docker Hub images deleted 2026-09): this tag must be in the
+            # platform mirror, which is why a minio stack must set images.registry_mirror.
+            image=Image("quay.io", "minio/minio", "RELEASE.2025-04-08T15-41-24Z"),
+        ),
+        Release(
             component="cnpg",
             version="1.30.0",
             repository="https://github.com/cloudnative-pg/cloudnative-pg",
@@ -351,7 +396,7 @@ RELEASES: dict[tuple[str, str], Release] = {
 
 # The directory name of each component inside a CRD mirror (layout of ../shared/crds).
 MIRROR_DIRS: dict[str, str] = {"kueue": "kueue", "jobset": "jobset", "trainer": "kubeflow-trainer",
-                               "cnpg": "cloudnative-pg", "gpu_operator": "gpu-operator",
+                               "minio": "minio-operator", "cnpg": "cloudnative-pg", "gpu_operator": "gpu-operator",
                                "prometheus_operator": "prometheus-operator", "kserve": "kserve",
                                "cert_manager": "cert-manager"}
 
@@ -402,9 +447,19 @@ def chart_mirror_dir(name: str) -> str:
     return CHART_MIRROR_DIRS.get(name, name)
 
 
-DEFAULT_VERSIONS: dict[str, str] = {"kueue": "0.19.2", "jobset": "0.12.0", "trainer": "2.3.0", "cnpg": "1.30.0",
-                                    "mlflow": "1.11.5", "gpu_operator": "26.7.0", "prometheus_operator": "0.93.0",
-                                    "kserve": "0.20.0", "cert_manager": "1.21.1"}
+DEFAULT_VERSIONS: dict[str, str] = {"kueue": "0.19.2", "jobset": "0.12.0", "trainer": "2.3.0", "seaweedfs": "4.44.0",
+                                    "minio": "7.1.1", "cnpg": "1.30.0", "mlflow": "1.11.5", "gpu_operator": "26.7.0",
+                                    "prometheus_operator": "0.93.0", "kserve": "0.20.0", "cert_manager": "1.21.1"}
+
+# The S3 port and pod labels of each in-cluster object store, as its chart renders them. Tenants'
+# NetworkPolicy allow and the object store's own ingress policy are derived from these.
+# SeaweedFS all-in-one: templates/all-in-one/all-in-one-deployment.yaml (labels; s3.port default 8333).
+# MinIO Tenant: the operator labels every pod v1.min.io/tenant=<tenant name> (pkg/apis/minio.min.io/v2
+# constants TenantLabel); the S3 API listens on 9000 (helm/tenant/values.yaml metrics.port / MinIOPort).
+SEAWEEDFS_S3_PORT = 8333
+SEAWEEDFS_POD_LABELS = {"app.kubernetes.io/name": "seaweedfs", "app.kubernetes.io/component": "seaweedfs-all-in-one"}
+MINIO_S3_PORT = 9000
+MINIO_TENANT_LABEL = "v1.min.io/tenant"
 
 # (kueue, jobset, trainer) sets proven to work together on the real controllers: a TrainJob is admitted
 # by Kueue, run by Trainer through JobSet, preempted (suspended) and resumed (`trainyard rehearse`,

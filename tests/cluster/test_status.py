@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.cluster.conftest import BIN_DIR, Cluster
+from tests.cluster.conftest import BIN_DIR, Cluster, private_cluster, tools_problem
 from tests.conftest import CRDS_DIR, ROOT, rendered
 
 pytestmark = pytest.mark.cluster
@@ -110,7 +111,18 @@ def remove_scenario(cluster: Cluster) -> None:
     cluster.kubectl("delete", "namespace", *TENANTS, "--ignore-not-found", "--wait=false", check=False)
 
 
-def test_status_reads_quota_usage_borrowing_and_pending_reasons_from_the_api_server(cluster: Cluster) -> None:
+@pytest.fixture(scope="module")
+def bare_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """An API server without controllers: the statuses this test writes must not be rewritten by a live Kueue."""
+    problem = tools_problem("etcd", "kube-apiserver")
+    if problem is not None:
+        pytest.skip(problem)
+    with private_cluster(tmp_path_factory.mktemp("status-cluster"), with_fake_nodes=False) as running:
+        yield running
+
+
+def test_status_reads_quota_usage_borrowing_and_pending_reasons_from_the_api_server(bare_cluster: Cluster) -> None:
+    cluster = bare_cluster
     try:
         build_scenario(cluster)
         check_report(cluster)

@@ -93,8 +93,8 @@ def test_every_rule_is_one_policy_with_its_description_hint_and_stack_level(on_s
 
 
 @needs_crds
-def test_the_pack_finds_nothing_on_the_prod_resources(on_prod: None) -> None:
-    objects = rendered("prod").all_objects
+def run_every_policy(objects: Any) -> list[tuple[str, str, str | None]]:
+    """(policy, message, urn) of every report of every policy of the pack over ``objects``, as prod declares them."""
     reports: list[tuple[str, str, str | None]] = []
     for name, policy in policies().items():
         def report(message: str, at: str | None = None, name: str = name) -> None:
@@ -104,7 +104,27 @@ def test_the_pack_finds_nothing_on_the_prod_resources(on_prod: None) -> None:
                 policy.validate(resource_args(obj, protect=holds_data(obj)), report)
         else:
             policy.validate(StackValidationArgs(as_resources(objects, protect_data=True)), report)
-    assert reports == []
+    return reports
+
+
+def test_the_pack_finds_nothing_on_the_prod_resources(on_prod: None) -> None:
+    assert run_every_policy(rendered("prod").all_objects) == []
+
+
+@needs_crds
+def test_the_pack_judges_generated_values_as_their_placeholders_and_a_hand_edit_as_it_is(on_prod: None) -> None:
+    from trainyard.components.generated import generate
+    from trainyard.manifests.generated import names_in, substitute
+
+    objects = list(rendered("prod").all_objects)
+    values = {n: generate(20, "access-key") for o in objects for n in names_in(o)}
+    deployed = [substitute(o, values) for o in objects]  # what the engine hands the pack
+    assert run_every_policy(deployed) == []
+    reports: list[tuple[str, str]] = []
+    secret = next(o for o in deployed if o["kind"] == "Secret" and o["metadata"]["name"] == "trainyard-object-store")
+    secret["stringData"]["AWS_SECRET_ACCESS_KEY"] = "pasted-by-hand-not-generated!"
+    policies()["no-plaintext-secrets"].validate(resource_args(secret), lambda m, u=None: reports.append(("x", m)))
+    assert len(reports) == 1 and "AWS_SECRET_ACCESS_KEY" in reports[0][1]
 
 
 def test_a_resource_policy_reports_each_message_with_the_hint(on_prod: None) -> None:

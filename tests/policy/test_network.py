@@ -45,8 +45,9 @@ def test_egress_goes_to_the_object_store_and_mlflow_named_in_the_stack_only() ->
     by_name = {p["metadata"]["name"]: p for p in network.tenant_policies(config, config.tenants[0])}
     assert set(by_name) == {"default-deny", "allow-dns", "allow-same-namespace", "allow-object-store", "allow-mlflow"}
     store = by_name["allow-object-store"]["spec"]["egress"]
+    # Derived from the backend (prod: the MinIO Tenant's pods), not written by hand.
     assert store == [{"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "object-store"}},
-                              "podSelector": {"matchLabels": {"app.kubernetes.io/name": "minio"}}}],
+                              "podSelector": {"matchLabels": {"v1.min.io/tenant": "trainyard"}}}],
                       "ports": [{"protocol": "TCP", "port": 9000}]}]
 
 
@@ -77,7 +78,8 @@ def test_the_api_server_reaches_the_webhooks_in_each_controller_namespace() -> N
 @needs_crds
 def test_controller_namespaces_get_policies_only_where_the_controller_is_installed() -> None:
     namespaces = {o["metadata"]["namespace"] for o in rendered("local").objects if o["kind"] == "NetworkPolicy"}
-    assert namespaces == {"team-a", "team-b"}  # local runs every controller externally
+    # local runs every controller externally; the object store namespace admits S3 from tenants only
+    assert namespaces == {"team-a", "team-b", "object-store"}
     prod = {o["metadata"]["namespace"] for o in rendered("prod").objects if o["kind"] == "NetworkPolicy"}
     assert {"kueue-system", "jobset-system", "kubeflow-system"} <= prod
 

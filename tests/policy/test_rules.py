@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -140,9 +141,24 @@ CASES: dict[str, Case] = {
     "quota-fits-capacity": lambda objs: (_flavors_over_capacity(objs), objs),
     "data-protected": lambda objs: ([_crd(objs)], [_crd(objs)]),  # protection differs, see _context
     "security-references-exist": lambda objs: (objs, objs),  # the config differs, see _context
+    "object-store-tenant-credentials": lambda objs: (
+        [o for o in objs if not (o["kind"] == "Secret" and o["metadata"]["name"] == "trainyard-object-store"
+                                 and o["metadata"].get("namespace") == TENANT_NS)], objs),
+    "object-store-no-public-buckets": lambda _: (
+        [_identities_file({"name": "anonymous", "actions": ["Read"]})],
+        [_identities_file({"name": "tenant-x", "actions": ["Read:x-datasets"]})]),
+    "no-inline-object-store-keys": lambda _: (
+        [trainjob(initializer={"dataset": {"storageUri": "s3://b/d", "env": [{"name": "S3_KEY",
+                                                                                "value": "AKIAIOSFODNN7EXAMPLE"}]}})],
+        [trainjob(initializer={"dataset": {"storageUri": "s3://b/d"}})]),
     "images-in-bom": lambda objs: ([*objs, _deployment("quay.io/someone/exporter:v1")], objs),
     "chart-images-known": lambda objs: (objs, objs),  # the releases differ, see _context
 }
+
+
+def _identities_file(identity: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ids", "namespace": "object-store"},
+            "stringData": {"seaweedfs_s3_config": json.dumps({"identities": [identity]})}}
 
 
 def _deployment(image: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ data-holding resources are retained on delete and protected as the stack says.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import runpy
 import tempfile
@@ -21,13 +22,34 @@ import yaml
 
 from tests.conftest import ROOT, rendered
 from trainyard.components.kubernetes_object import KubernetesObject, type_token
+from trainyard.manifests.generated import names_in, substitute
 from trainyard.manifests.lifecycle import holds_data
 from trainyard.supply.lock import ImageLock, load_lock
+
+DYNAMIC = "pulumi-python:dynamic:Resource"
+# How a secret travels to the engine (and to mocks): {SIG: SECRET_SIG, "value": ...}.
+# Ref: sdk/python/lib/pulumi/runtime/rpc.py (_special_sig_key, _special_secret_sig).
+SIG, SECRET_SIG = "4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270"
+
+
+def unwrap_secrets(value: Any) -> tuple[Any, bool]:
+    """(the value with secret wrappers removed, whether any part of it was secret)."""
+    if isinstance(value, dict):
+        if value.get(SIG) == SECRET_SIG:
+            return unwrap_secrets(value["value"])[0], True
+        items = {k: unwrap_secrets(v) for k, v in value.items()}
+        return {k: v for k, (v, _) in items.items()}, any(secret for _, secret in items.values())
+    if isinstance(value, list):
+        pairs = [unwrap_secrets(v) for v in value]
+        return [v for v, _ in pairs], any(secret for _, secret in pairs)
+    return value, False
 
 
 @dataclass
 class Registered:
     resources: list[pulumi.runtime.MockResourceArgs] = field(default_factory=list)
+    # What the mock "generated" for each generated-value resource, by name.
+    generated: dict[str, str] = field(default_factory=dict)
 
 
 class Mocks(pulumi.runtime.Mocks):
@@ -36,7 +58,12 @@ class Mocks(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         self.registered.resources.append(args)
-        return f"{args.name}-id", dict(args.inputs)
+        outputs = dict(args.inputs)
+        if args.typ == DYNAMIC:
+            # Stands in for the provider's create: a value that is recognisably this name's.
+            outputs["value"] = "mockgen" + hashlib.sha256(args.name.encode()).hexdigest()[:24]
+            self.registered.generated[args.name] = outputs["value"]
+        return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         return {}, None
@@ -56,15 +83,16 @@ def registry_filled_lock(directory: Path) -> Path:
 
 
 def run_program(stack: str, monkeypatch: pytest.MonkeyPatch,
-                lock: str = "registry-filled") -> tuple[Registered, dict[str, dict[str, bool]]]:
+                lock: str = "registry-filled") -> tuple[Registered, dict[str, dict[str, Any]]]:
     registered = Registered()
-    options: dict[str, dict[str, bool]] = {}
+    options: dict[str, dict[str, Any]] = {}
     original = KubernetesObject.__init__
 
     def recording_init(self: KubernetesObject, manifest: dict[str, Any], opts: pulumi.ResourceOptions | None = None) -> None:
         meta = manifest["metadata"]
         key = f"{type_token(manifest)}:{meta.get('namespace', '')}/{meta['name']}"
-        options[key] = {"protect": bool(opts and opts.protect), "retain_on_delete": bool(opts and opts.retain_on_delete)}
+        options[key] = {"protect": bool(opts and opts.protect), "retain_on_delete": bool(opts and opts.retain_on_delete),
+                        "secret_fields": sorted((opts and opts.additional_secret_outputs) or [])}
         original(self, manifest, opts)
 
     monkeypatch.setattr(KubernetesObject, "__init__", recording_init)
@@ -98,8 +126,28 @@ def test_registered_kubernetes_resources_are_exactly_the_rendered_manifests(stac
     assert len(got) == len(kube), "two resources registered the same object"
     expected = {manifest_key(o): o for o in platform.all_objects}
     assert sorted(got) == sorted(expected)
+    # The program substitutes generated values where render shows placeholders, and sends exactly those
+    # fields as secrets; otherwise the inputs are the rendered manifest.
     for key, inputs in got.items():
-        assert json.loads(json.dumps(inputs)) == json.loads(json.dumps(expected[key])), key
+        plain = {field: unwrap_secrets(value)[0] for field, value in inputs.items()}
+        assert json.loads(json.dumps(plain)) == json.loads(json.dumps(substitute(expected[key], registered.generated))), key
+        secret_fields = sorted(field for field, value in inputs.items() if unwrap_secrets(value)[1])
+        assert secret_fields == sorted(f for f, v in expected[key].items() if any(True for _ in names_in(v))), key
+
+
+@pytest.mark.parametrize("stack", ["local", "prod"])
+def test_each_generated_value_is_one_resource_and_every_field_using_one_is_secret(
+    stack: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    platform = rendered(stack)
+    registered, options = run_program(stack, monkeypatch)
+    referenced = {name for o in platform.all_objects for name in names_in(o)}
+    assert referenced, "the stack references no generated value"
+    dynamic = [r.name for r in registered.resources if r.typ == DYNAMIC]
+    assert sorted(dynamic) == sorted(referenced)
+    for obj in platform.all_objects:
+        fields = sorted(f for f, v in obj.items() if any(True for _ in names_in(v)))
+        assert options[manifest_key(obj)]["secret_fields"] == fields, manifest_key(obj)
 
 
 @pytest.mark.parametrize("stack", ["local", "prod"])
@@ -119,7 +167,8 @@ def test_charts_are_declared_only_for_controllers_that_are_not_external(monkeypa
     rendered("prod")
     prod, _ = run_program("prod", monkeypatch)
     assert sorted(r.name for r in prod.resources if r.typ == "kubernetes:helm.sh/v4:Chart") == [
-        "cert-manager", "cnpg", "gpu-operator", "jobset", "kserve", "kueue", "mlflow", "trainer"]
+        "cert-manager", "cnpg", "gpu-operator", "jobset", "kserve", "kueue", "minio-operator", "minio-tenant", "mlflow",
+        "trainer"]
     local, _ = run_program("local", monkeypatch)
     assert [r.name for r in local.resources if r.typ == "kubernetes:helm.sh/v4:Chart"] == []
 
@@ -133,10 +182,12 @@ def test_data_holding_resources_are_retained_and_protected_as_the_stack_says(
     data = [manifest_key(o) for o in platform.all_objects if holds_data(o)]
     assert any(k.startswith("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition") for k in data)
     for key in data:
-        assert options[key] == {"protect": protect, "retain_on_delete": True}, key
+        assert options[key] | {"secret_fields": []} == {"protect": protect, "retain_on_delete": True,
+                                                        "secret_fields": []}, key
     for obj in platform.all_objects:
         if not holds_data(obj):
-            assert options[manifest_key(obj)] == {"protect": False, "retain_on_delete": False}
+            assert {k: v for k, v in options[manifest_key(obj)].items() if k != "secret_fields"} == {
+                "protect": False, "retain_on_delete": False}
 
 
 def test_every_chart_is_declared_with_crds_skipped_and_trainyards_post_renderer(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -108,6 +108,8 @@ def demo_repo() -> Iterator[Path]:
         (root / "runtimes").mkdir()
         shutil.copy(ROOT / "Pulumi.yaml", root / "Pulumi.yaml")
         shutil.copy(ROOT / "runtimes" / "torch-distributed.yaml", root / "runtimes" / "torch-distributed.yaml")
+        # The runtime's image is pinned by the lock (images.lock_file, relative to the project root).
+        shutil.copy(ROOT / "images.lock.yaml", root / "images.lock.yaml")
         (root / "stacks" / "Pulumi.demo.yaml").write_text(demo_stack())
         git(root, "init", "--quiet", "--initial-branch=main")
         git(root, "add", ".")

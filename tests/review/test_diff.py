@@ -198,7 +198,7 @@ def test_json_format_is_plain_data(tmp_path: Path) -> None:
     quota = next(q for q in data["capacity"]["quotas"] if q["tenant"] == "assistant")
     assert (quota["old"]["nominal"], quota["new"]["nominal"]) == (32, 40)
     change = next(c for c in data["changes"] if c["id"] == "ClusterQueue/assistant")
-    assert {"path": "spec.resourceGroups[0].flavors[h100].resources[nvidia.com/gpu].nominalQuota", "old": 32, "new": 40} \
+    assert {"path": "spec.resourceGroups[0].flavors[h100].resources[nvidia.com/gpu].nominalQuota", "old": "32", "new": "40"} \
         in change["fields"]
 
 

@@ -20,7 +20,7 @@ import yaml
 
 from tests.conftest import CRDS_DIR, ROOT, rendered, stack
 from tests.serving.conftest import BUCKETS, READ_ONLY, S3Server, serving_python
-from trainyard.manifests import generated
+from trainyard.manifests import generated, object_store
 from trainyard.manifests.serving import (
     S3_ENDPOINT_ANNOTATION,
     S3_REGION_ANNOTATION,
@@ -28,7 +28,6 @@ from trainyard.manifests.serving import (
     S3_USE_HTTPS_ANNOTATION,
     S3_VERIFY_SSL_ANNOTATION,
     SERVICE_ACCOUNT,
-    read_only_identities,
 )
 from trainyard.schemas import Validator
 
@@ -119,7 +118,7 @@ def check(path: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_read_only_identities_are_the_ones_trainyard_renders() -> None:
-    rendered_identities = {i.name: (i.bucket,) for i in read_only_identities(stack("local").config)}
+    rendered_identities = {i.name: i.buckets for i in object_store.identities(stack("local").config) if i.access == "read-only"}
     assert rendered_identities == READ_ONLY
     assert set(BUCKETS) == {b for buckets in READ_ONLY.values() for b in buckets}
 
@@ -187,10 +186,11 @@ def team_a_storage_env(s3: S3Server) -> dict[str, str]:
     secret = next(o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"] == S3_SECRET)
     account = next(o for o in objects if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == SERVICE_ACCOUNT)
     assert account["secrets"] == [{"name": S3_SECRET}]
-    identity = next(i for i in read_only_identities(stack("local").config) if i.tenant == "team-a")
+    config = stack("local").config
+    identity = object_store.serving_identity(config, next(t for t in config.tenants if t.name == "team-a"))
     access_key, secret_key = s3.identities[identity.name]
-    secret = generated.substitute(secret, {identity.access_key_id.name: access_key,
-                                           identity.secret_access_key.name: secret_key})
+    secret = generated.substitute(secret, {identity.access_key.name: access_key,
+                                           identity.secret_key.name: secret_key})
     # The one deploy-specific value: the object store's address is this machine's test server.
     secret["metadata"]["annotations"][S3_ENDPOINT_ANNOTATION] = s3.url.removeprefix("http://")
     kserve = next(r for r in platform.releases if r.name == "kserve")

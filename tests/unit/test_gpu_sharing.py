@@ -35,17 +35,17 @@ def test_cluster_queue_covers_slices_and_replicas_with_zero_where_a_flavor_has_n
     queue = next(o for o in rendered(SHARING).by_kind("ClusterQueue") if o["metadata"]["name"] == "notebooks")
     group, budget = queue["spec"]["resourceGroups"]
     assert budget == {"coveredResources": ["trainyard.dev/mig-slices"], "flavors": [
-        {"name": "mig-slices", "resources": [{"name": "trainyard.dev/mig-slices", "nominalQuota": 40}]}]}
+        {"name": "mig-slices", "resources": [{"name": "trainyard.dev/mig-slices", "nominalQuota": "40"}]}]}
     assert group["coveredResources"] == ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.18gb",
                                          "cpu", "memory"]
     flavors = {f["name"]: {r["name"]: r for r in f["resources"]} for f in group["flavors"]}
-    assert flavors["h200-mig"]["nvidia.com/mig-1g.18gb"] == {"name": "nvidia.com/mig-1g.18gb", "nominalQuota": 40,
-                                                             "borrowingLimit": 16}
-    assert flavors["h200-mig"]["nvidia.com/gpu.shared"]["nominalQuota"] == 0
-    assert flavors["l40s-shared"]["nvidia.com/gpu.shared"] == {"name": "nvidia.com/gpu.shared", "nominalQuota": 48,
-                                                               "lendingLimit": 16}
+    assert flavors["h200-mig"]["nvidia.com/mig-1g.18gb"] == {"name": "nvidia.com/mig-1g.18gb", "nominalQuota": "40",
+                                                             "borrowingLimit": "16"}
+    assert flavors["h200-mig"]["nvidia.com/gpu.shared"]["nominalQuota"] == "0"
+    assert flavors["l40s-shared"]["nvidia.com/gpu.shared"] == {"name": "nvidia.com/gpu.shared", "nominalQuota": "48",
+                                                               "lendingLimit": "16"}
     # CPU and memory follow the GPU equivalent: 48 replicas of 4 = 12 L40S = 3 nodes of 64 CPUs.
-    assert flavors["l40s-shared"]["cpu"]["nominalQuota"] == 192
+    assert flavors["l40s-shared"]["cpu"]["nominalQuota"] == "192"
     # 40 slices of 1/7 GPU on an 8-GPU node of 192 CPUs: 137.142..., rounded down to the milli-CPU.
     assert flavors["h200-mig"]["cpu"]["nominalQuota"] == "137142m"
     for flavor in group["flavors"]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.conftest import rendered, stack
 from trainyard.manifests import kueue
-from trainyard.quantity import parse_quantity
+from trainyard.quantity import canonical_quantity, parse_quantity
 
 
 def by_name(objects: list[dict], kind: str) -> dict[str, dict]:
@@ -46,11 +46,11 @@ def test_cluster_queue_quotas_gpu_cpu_memory_per_flavor() -> None:
     assert group["coveredResources"] == ["nvidia.com/gpu", "cpu", "memory"]
     h100 = next(f for f in group["flavors"] if f["name"] == "h100")["resources"]
     gpu, cpu, memory = h100
-    assert gpu == {"name": "nvidia.com/gpu", "nominalQuota": 32, "borrowingLimit": 32, "lendingLimit": 8}
+    assert gpu == {"name": "nvidia.com/gpu", "nominalQuota": "32", "borrowingLimit": "32", "lendingLimit": "8"}
     # 32 of 8-GPU nodes with 192 CPUs and 1800Gi: CPU and memory follow the GPU share.
-    assert cpu["nominalQuota"] == 32 * 192 // 8
+    assert cpu["nominalQuota"] == str(32 * 192 // 8)
     assert parse_quantity(memory["nominalQuota"]) == parse_quantity("1800Gi") * 4
-    assert cpu["lendingLimit"] == 8 * 192 // 8
+    assert cpu["lendingLimit"] == str(8 * 192 // 8)
 
 
 def test_every_flavor_lists_every_covered_resource_in_order() -> None:
@@ -61,16 +61,24 @@ def test_every_flavor_lists_every_covered_resource_in_order() -> None:
                 assert [r["name"] for r in flavor["resources"]] == group["coveredResources"]
 
 
-def test_quotas_are_integers_not_strings() -> None:
+def test_quotas_are_written_as_kueue_writes_them_back() -> None:
+    # Kueue's ClusterQueue webhook decodes quotas into resource.Quantity and writes back its String():
+    # a number 8 comes back as "8", so rendering the number made every later `pulumi up` propose an update.
     queue = by_name(kueue.build(stack("local").config).all_objects, "ClusterQueue")["team-a"]
-    gpu = queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
-    assert isinstance(gpu["nominalQuota"], int)
+    for group in queue["spec"]["resourceGroups"]:
+        for flavor in group["flavors"]:
+            for resource in flavor["resources"]:
+                for key in ("nominalQuota", "borrowingLimit", "lendingLimit"):
+                    if key in resource:
+                        value = resource[key]
+                        assert isinstance(value, str), (flavor["name"], resource["name"], key, value)
+                        assert canonical_quantity(value) == value
 
 
 def test_cohorts_form_a_tree_with_fair_share_weights() -> None:
     cohorts = by_name(kueue.build(stack("prod").config).all_objects, "Cohort")
     assert cohorts["org"]["spec"] == {}
-    assert cohorts["research"]["spec"] == {"parentName": "org", "fairSharing": {"weight": 2}}
+    assert cohorts["research"]["spec"] == {"parentName": "org", "fairSharing": {"weight": "2"}}
 
 
 def test_workload_priority_classes_carry_value_at_top_level() -> None:

@@ -40,11 +40,15 @@ def test_one_file_per_object() -> None:
     assert len(files) == len(platform.all_objects) + len(platform.releases)
 
 
-def test_integers_stay_integers_in_files() -> None:
+def test_types_survive_the_files() -> None:
     files = rendered_files(rendered("prod"))
-    queue = yaml.safe_load(files[Path("ClusterQueue.kueue.x-k8s.io/assistant.yaml")])
-    assert queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == 32
-    assert "nominalQuota: 32\n" in files[Path("ClusterQueue.kueue.x-k8s.io/assistant.yaml")]
+    text = files[Path("ClusterQueue.kueue.x-k8s.io/assistant.yaml")]
+    queue = yaml.safe_load(text)
+    # A quantity is the string Kueue writes back; written quoted so that YAML does not read it as a number.
+    assert queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == "32"
+    assert "nominalQuota: '32'\n" in text
+    priority = files[Path("WorkloadPriorityClass.kueue.x-k8s.io/critical.yaml")]
+    assert yaml.safe_load(priority)["value"] == 10000 and "value: 10000\n" in priority
 
 
 def test_secret_values_are_redacted() -> None:
@@ -83,7 +87,7 @@ def test_render_groups_objects_by_concern_in_apply_order() -> None:
     assert [c.name for c in platform.concerns] == ["controllers", "queueing", "multikueue", "runtimes", "admission",
                                                     "tenants", "runtime-wiring", "network", "postgres-operator",
                                                     "mlflow", "cert-manager", "serving", "serving-admission",
-                                                    "gpu-operator", "monitoring"]
+                                                    "gpu-operator", "monitoring", "object-store", "object-store-services"]
     assert {o["kind"] for o in platform.concern("runtimes").objects} == {"ClusterTrainingRuntime"}
     assert {r.name for r in platform.concern("controllers").releases} == {"jobset", "kueue", "trainer"}
 

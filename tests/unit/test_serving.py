@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import ROOT, rendered, stack
 from trainyard.config.serving import CertManager
-from trainyard.manifests import cert_manager, crd_components, network, serving
+from trainyard.manifests import cert_manager, crd_components, network, object_store, serving
 from trainyard.manifests.meta import INFERENCE_SERVICE_POD_LABEL
 from trainyard.manifests.runtimes import RuntimeFileError
 
@@ -66,19 +66,21 @@ def test_each_tenant_gets_a_predictor_account_whose_secret_kserve_reads_as_s3_cr
     assert set(secret["stringData"]) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
     assert secret["stringData"]["AWS_SECRET_ACCESS_KEY"] == f"${{generated:object-store/serving-{tenant.name}/g1/secret-key}}"
     assert secret["metadata"]["annotations"] == {
-        "serving.kserve.io/s3-endpoint": "s3.object-store.svc.cluster.local:9000",
+        "serving.kserve.io/s3-endpoint": "minio.object-store.svc:80",  # the MinIO operator's Service for the Tenant
         "serving.kserve.io/s3-usehttps": "0",
-        "serving.kserve.io/s3-region": "us-east-1",
+        "serving.kserve.io/s3-region": object_store.region(config),
         "serving.kserve.io/s3-verifyssl": "1",
     }
 
 
-def test_read_only_identities_name_each_tenants_model_bucket_for_the_object_store() -> None:
-    identities = serving.read_only_identities(stack("prod").config)
-    assert len(identities) == len(stack("prod").config.tenants)
-    first = identities[0]
-    assert first.actions == (f"Read:{first.bucket}", f"List:{first.bucket}")
-    assert first.bucket == f"{first.tenant}-models"
+def test_each_tenants_serving_identity_reads_only_its_model_bucket_and_the_object_store_provisions_it() -> None:
+    config = stack("prod").config
+    provisioned = {i.name: i for i in object_store.identities(config)}
+    for tenant in config.tenants:
+        identity = serving.read_only_identity(config, tenant)
+        assert provisioned[identity.name] == identity
+        assert identity.buckets == (object_store.bucket_name(config, tenant, "models"),)
+        assert object_store.seaweedfs_actions(identity) == [f"Read:{identity.buckets[0]}", f"List:{identity.buckets[0]}"]
 
 
 def test_predictor_pods_reach_the_object_store_and_are_reached_by_named_callers_only() -> None:

@@ -106,15 +106,19 @@ def test_bom_lists_controllers_runtimes_and_chart_images_with_their_sources() ->
     assert {c.release: c.images_from for c in bom.charts} == {"jobset": "templates", "kueue": "templates",
                                                               "trainer": "templates", "cnpg": "templates",
                                                               "mlflow": "templates", "gpu-operator": "templates",
-                                                              "cert-manager": "templates", "kserve": "templates"}
+                                                              "cert-manager": "templates", "kserve": "templates",
+                                                              "minio-operator": "templates", "minio-tenant": "templates"}
     assert len(bom.crds) == len(rendered("prod").crds) and all(len(c.blob_sha) == 40 for c in bom.crds)
+    provisioner = next(i for i in bom.images if i.reference.startswith("registry.trainyard.internal/trainyard/"))
+    assert provisioner.sources == ("object-store:provisioner",)
     assert "| `registry.trainyard.internal/mirror/kueue/kueue:v0.19.2` |" in to_markdown(bom)
 
 
 def test_local_bom_leaves_out_images_of_external_controllers() -> None:
     bom = build_bom(stack("local"), rendered("local"))
     assert all(not s.startswith(("controller:", "chart:")) for image in bom.images for s in image.sources)
-    assert {c.release for c in bom.charts if c.external} == {"jobset", "kueue", "trainer", "kserve", "cert-manager"}
+    assert {c.release for c in bom.charts if c.external} == {"jobset", "kueue", "trainer", "kserve", "cert-manager",
+                                                             "seaweedfs"}
 
 
 def test_sync_list_groups_images_so_skopeo_keeps_the_mirror_layout() -> None:

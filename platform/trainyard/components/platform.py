@@ -24,6 +24,7 @@ import pulumi_kubernetes as k8s
 
 from trainyard import post_render
 from trainyard.components import multikueue
+from trainyard.components.generated import GeneratedValues
 from trainyard.components.kubernetes_object import KubernetesObject
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import RenderedPlatform, render_platform
@@ -46,11 +47,21 @@ TENANTS_AFTER: tuple[str, ...] = ("queueing", "admission", "serving-admission")
 
 
 def _object_opts(config: PlatformConfig, obj: Manifest, parent: pulumi.Resource,
-                 depends_on: list[pulumi.Resource]) -> pulumi.ResourceOptions:
-    """Options for one object: data-holding objects survive destroy, and are protected where the stack says."""
+                 depends_on: list[pulumi.Resource], secret_fields: list[str] | None = None) -> pulumi.ResourceOptions:
+    """Options for one object: data-holding objects survive destroy, and are protected where the stack says.
+
+    Fields holding generated values are secret inputs; their outputs are made secret too.
+    """
     data = holds_data(obj)
     return pulumi.ResourceOptions(parent=parent, depends_on=depends_on, retain_on_delete=data,
-                                  protect=data and config.lifecycle.protect_data)
+                                  protect=data and config.lifecycle.protect_data,
+                                  additional_secret_outputs=secret_fields or None)
+
+
+def _object(config: PlatformConfig, obj: Manifest, parent: pulumi.Resource, depends_on: list[pulumi.Resource],
+            generated: GeneratedValues) -> KubernetesObject:
+    props, secret_fields = generated.resolve(obj)
+    return KubernetesObject(props, _object_opts(config, obj, parent, depends_on, secret_fields))
 
 
 class Namespaces:
@@ -68,16 +79,55 @@ class Namespaces:
 
 
 def _declare(config: PlatformConfig, objects: list[Manifest], parent: pulumi.Resource,
-             depends_on: list[pulumi.Resource], namespaces: Namespaces) -> list[KubernetesObject]:
-    """Namespaces first, then every other object after its namespace."""
+             depends_on: list[pulumi.Resource], namespaces: Namespaces, generated: GeneratedValues) -> list[KubernetesObject]:
+    """Namespaces first, then every other object after its namespace; generated values substituted as secrets."""
     declared: list[KubernetesObject] = []
     for obj in (o for o in objects if o["kind"] == "Namespace"):
-        resource = KubernetesObject(obj, _object_opts(config, obj, parent, depends_on))
+        resource = _object(config, obj, parent, depends_on, generated)
         namespaces.add(obj["metadata"]["name"], resource)
         declared.append(resource)
     for obj in (o for o in objects if o["kind"] != "Namespace"):
-        declared.append(KubernetesObject(obj, _object_opts(config, obj, parent, [*depends_on, *namespaces.of(obj)])))
+        declared.append(_object(config, obj, parent, [*depends_on, *namespaces.of(obj)], generated))
     return declared
+
+
+def chart_child_kind(type_: str) -> str:
+    """The Kind of a chart child from its type token (``kubernetes:apps/v1:StatefulSet`` -> ``StatefulSet``)."""
+    return type_.rsplit(":", 1)[-1]
+
+
+def chart_child_object(type_: str) -> Manifest:
+    """apiVersion and kind of a chart child from its type token (``kubernetes:postgresql.cnpg.io/v1:Cluster``)."""
+    parts = type_.split(":")
+    return {"apiVersion": parts[1] if len(parts) == 3 else "v1", "kind": chart_child_kind(type_)}
+
+
+def retain_chart_data(protect: bool) -> pulumi.ResourceTransform:
+    """A transform for a chart's children: those that hold data (a chart's CRDs, claims, StatefulSets)
+    are retained on delete and protected like Trainyard's own (manifests/lifecycle.py).
+
+    Some charts render CRDs as templates without a switch (Kueue, the MinIO operator): without this,
+    destroying the release would delete the CRD and every object of its kind.
+    """
+    def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        if not args.custom or not holds_data(chart_child_object(args.type_)):
+            return None
+        opts = pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(retain_on_delete=True, protect=protect))
+        return pulumi.ResourceTransformResult(args.props, opts)
+    return transform
+
+
+def keep_regenerated_secrets(names: tuple[str, ...]) -> pulumi.ResourceTransform:
+    """A transform for a chart's children: Secrets whose values the chart generates while rendering
+    are created once and then left alone, instead of changing on every preview."""
+    def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        metadata = args.props.get("metadata") if isinstance(args.props, dict) else None
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        if chart_child_kind(args.type_) != "Secret" or name not in names:
+            return None
+        opts = pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(ignore_changes=["data", "stringData"]))
+        return pulumi.ResourceTransformResult(args.props, opts)
+    return transform
 
 
 def _title(concern: str) -> str:
@@ -87,10 +137,12 @@ def _title(concern: str) -> str:
 class ConcernGroup(pulumi.ComponentResource):
     """One concern's platform-level objects, then its chart releases (charts install with no CRDs at all)."""
 
-    def __init__(self, config: PlatformConfig, concern: Concern, namespaces: Namespaces,
+    def __init__(self, config: PlatformConfig, concern: Concern, namespaces: Namespaces, generated: GeneratedValues,
                  opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource]) -> None:
         super().__init__(f"{TYPE_PREFIX}:{_title(concern.name)}", concern.name, None, opts)
-        self.resources: list[pulumi.Resource] = list(_declare(config, list(concern.objects), self, depends_on, namespaces))
+        self._protect_chart_data = config.lifecycle.protect_data
+        self.resources: list[pulumi.Resource] = list(
+            _declare(config, list(concern.objects), self, depends_on, namespaces, generated))
         previous: list[pulumi.Resource] = []
         for release in concern.releases:
             if release.external:
@@ -102,6 +154,9 @@ class ConcernGroup(pulumi.ComponentResource):
             chart = self._chart(release, [*depends_on, *self.resources, *previous])
             previous = [chart]
             self.resources.append(chart)
+        # Objects that use what the charts run (a provisioning Job) wait for every chart of the concern.
+        self.resources += _declare(config, list(concern.after_releases), self, [*depends_on, *self.resources],
+                                   namespaces, generated)
         self.register_outputs({"count": len(self.resources),
                                "charts": [r.name for r in concern.releases if not r.external]})
 
@@ -120,7 +175,9 @@ class ConcernGroup(pulumi.ComponentResource):
             values=release.values,
             skip_crds=True,
             post_renderer=k8s.helm.v4.PostRendererArgs(command=command, args=args),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on,
+                                        transforms=[retain_chart_data(self._protect_chart_data),
+                                                    keep_regenerated_secrets(release.regenerated_secrets)]),
         )
 
 
@@ -128,9 +185,9 @@ class Tenant(pulumi.ComponentResource):
     """A tenant namespace, and then everything every concern puts in it."""
 
     def __init__(self, name: str, config: PlatformConfig, objects: list[Manifest], namespaces: Namespaces,
-                 opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource]) -> None:
+                 generated: GeneratedValues, opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource]) -> None:
         super().__init__(f"{TYPE_PREFIX}:Tenant", name, None, opts)
-        self.resources = _declare(config, objects, self, depends_on, namespaces)
+        self.resources = _declare(config, objects, self, depends_on, namespaces, generated)
         namespace = next(o["metadata"]["name"] for o in objects if o["kind"] == "Namespace")
         self.register_outputs({"namespace": namespace})
 
@@ -151,18 +208,22 @@ class Platform(pulumi.ComponentResource):
         )
         child = pulumi.ResourceOptions(parent=self, providers={"kubernetes": self.provider})
         namespaces = Namespaces()
+        # One generated value per name for the whole stack, whichever concern or tenant references it.
+        self.generated = GeneratedValues(self, (spec for c in rendered.concerns for spec in c.generated))
 
-        self.crds = ConcernGroup(config, Concern("crds", objects=rendered.crds), namespaces, child, [])
+        self.crds = ConcernGroup(config, Concern("crds", objects=rendered.crds), namespaces, self.generated, child, [])
         self.groups: dict[str, ConcernGroup] = {}
         for concern in rendered.concerns:
-            if not concern.objects and not concern.releases:
+            if not concern.objects and not concern.releases and not concern.after_releases:
                 continue
             after = [self.groups[c] for c in AFTER.get(concern.name, ()) if c in self.groups]
             concern = multikueue.with_kubeconfigs(config, concern, root)  # noqa: PLW2901 - deploy-time secrets put in
-            self.groups[concern.name] = ConcernGroup(config, concern, namespaces, child, [self.crds, *after])
+            self.groups[concern.name] = ConcernGroup(config, concern, namespaces, self.generated, child,
+                                                     [self.crds, *after])
 
         tenant_after: list[pulumi.Resource] = [self.crds, *(self.groups[c] for c in TENANTS_AFTER if c in self.groups)]
-        self.tenants = [Tenant(t.name, config, list(rendered.tenant_objects(t.name)), namespaces, child, tenant_after)
+        self.tenants = [Tenant(t.name, config, list(rendered.tenant_objects(t.name)), namespaces, self.generated, child,
+                               tenant_after)
                         for t in config.tenants]
         self.register_outputs({
             "environment": config.environment,

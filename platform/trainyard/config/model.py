@@ -167,6 +167,9 @@ class Versions(Model):
     kueue: str = Field(default=catalog.DEFAULT_VERSIONS["kueue"], description="Kueue release (chart and CRDs).")
     jobset: str = Field(default=catalog.DEFAULT_VERSIONS["jobset"], description="JobSet release (chart and CRD).")
     trainer: str = Field(default=catalog.DEFAULT_VERSIONS["trainer"], description="Kubeflow Trainer release (chart and CRDs).")
+    seaweedfs: str = Field(default=catalog.DEFAULT_VERSIONS["seaweedfs"], description="SeaweedFS chart release.")
+    minio: str = Field(default=catalog.DEFAULT_VERSIONS["minio"],
+                       description="MinIO Operator release (operator and tenant charts, CRDs).")
     cnpg: str = Field(default=catalog.DEFAULT_VERSIONS["cnpg"], description="CloudNativePG operator release (chart and CRDs).")
     mlflow: str = Field(default=catalog.DEFAULT_VERSIONS["mlflow"], description="MLflow community chart release.")
     prometheus_operator: str = Field(
@@ -178,7 +181,8 @@ class Versions(Model):
 
     @model_validator(mode="after")
     def _known(self) -> Versions:
-        for component in ("kueue", "jobset", "trainer", "cnpg", "mlflow", "prometheus_operator", "kserve", "cert_manager"):
+        for component in ("kueue", "jobset", "trainer", "seaweedfs", "minio", "cnpg", "mlflow", "prometheus_operator",
+                          "kserve", "cert_manager"):
             version = getattr(self, component)
             if (component, version) not in catalog.RELEASES:
                 known = ", ".join(catalog.known_versions(component))
@@ -506,15 +510,18 @@ class Lifecycle(Model):
 class Rehearsal(Model):
     """Local rehearsal: which upstream controllers are external (CRDs and config applied, no Deployments)."""
 
-    external_controllers: tuple[Literal["kueue", "jobset", "trainer", "cnpg", "mlflow", "kserve", "cert-manager"], ...] = Field(
-        default=(), description="Controllers whose charts are not installed (CRDs and Trainyard objects still are).")
+    external_controllers: tuple[Literal["kueue", "jobset", "trainer", "seaweedfs", "minio", "cnpg", "mlflow", "kserve",
+                                        "cert-manager"], ...] = Field(
+        default=(), description="Controllers whose charts are not installed (CRDs and Trainyard objects still are); "
+        "seaweedfs and minio name the object store's charts.")
 
 
-# security.py, multikueue.py, mlflow.py, monitoring.py and serving.py build on Model and the name types above,
-# so they are imported here.
+# security.py, multikueue.py, mlflow.py, monitoring.py, object_store.py and serving.py build on Model and the name
+# types above, so they are imported here.
 from trainyard.config.mlflow import Mlflow  # noqa: E402
 from trainyard.config.monitoring import Monitoring  # noqa: E402
 from trainyard.config.multikueue import MultiKueue  # noqa: E402
+from trainyard.config.object_store import ObjectStore, check_object_store  # noqa: E402
 from trainyard.config.security import Security  # noqa: E402
 from trainyard.config.serving import Serving  # noqa: E402
 
@@ -543,6 +550,8 @@ class PlatformConfig(Model):
     security: Security = Security()
     multikueue: MultiKueue | None = Field(
         default=None, description="MultiKueue role of this cluster (manager or worker); none = a single cluster.")
+    object_store: ObjectStore | None = Field(
+        default=None, description="Object storage (buckets and credentials per tenant); unset = none.")
     mlflow: Mlflow = Field(default=Mlflow(), description="MLflow tracking server and model registry.")
     serving: Serving | None = Field(default=None, description="Model serving (KServe); unset = no serving on this stack.")
 
@@ -640,6 +649,7 @@ class PlatformConfig(Model):
                 if name not in tenant_names:
                     raise FieldError(("serving", "exposure", "public_tenants", i), f"{name!r} is not a tenant")
             _unique("serving.approved_runtimes", list(self.serving.approved_runtimes))
+        check_object_store(self)
         return self
 
     @model_validator(mode="after")
@@ -647,6 +657,9 @@ class PlatformConfig(Model):
         """Tenants' egress allow to MLflow must point at the MLflow that is deployed (namespace, pods, port)."""
         if not self.mlflow.enabled:
             return self
+        if self.object_store is None:
+            raise FieldError(("mlflow", "enabled"), "MLflow is enabled: its artifacts and backups need object_store "
+                                                    "(platform_buckets and a service in the MLflow namespace)")
         endpoint = self.security.network.mlflow
         where = ("security", "network", "mlflow")
         if endpoint is None:

@@ -72,7 +72,6 @@ class Serving(Model):
     cert_manager: CertManager = Field(default=CertManager(), description="cert-manager for KServe's webhook certificate.")
     exposure: Exposure = Field(default=Exposure(), description="Ingress/Gateway API creation and who may be exposed.")
     network: ServingNetwork = Field(default=ServingNetwork(), description="Who may call predictors.")
-    s3_region: Text = Field(default="us-east-1", description="Region KServe's storage initializer signs S3 requests for.")
     s3_verify_ssl: bool = Field(default=True, description="Verify the object store's TLS certificate (https endpoints).")
     default_runtime: Name | None = Field(default=None, description="Runtime `trainyard promote` uses when none is given; "
                                          "default: the first approved runtime.")

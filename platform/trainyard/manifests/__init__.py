@@ -23,6 +23,7 @@ from trainyard.manifests import (
     monitoring,
     multikueue,
     network,
+    object_store,
     runtimes,
     serving,
     serving_admission,
@@ -53,6 +54,7 @@ def crd_components(config: PlatformConfig) -> list[tuple[str, str]]:
         out.append(("gpu_operator", config.gpu_operator.version))
     if config.monitoring.enabled and config.monitoring.declare_crds:
         out.append(("prometheus_operator", config.versions.prometheus_operator))
+    out += object_store.crd_components(config)
     return out
 
 
@@ -124,6 +126,9 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
             serving_admission.build(config),
             gpu_operator.build(config),
             monitoring.build(config),
+            object_store.build(config, lock),
+            # Last: the service identities' Secrets go into namespaces other concerns declare.
+            object_store.service_credentials(config),
         )
     except (crds.CrdUnavailable, runtimes.RuntimeFileError, LockFileError) as exc:
         raise RenderError(str(exc)) from None

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from trainyard.manifests.generated import GeneratedValue
 from trainyard.manifests.meta import Manifest
 
 if TYPE_CHECKING:
@@ -27,16 +28,22 @@ class Concern:
     namespaces (a Namespace object among them is applied before what it holds).
     ``tenant_objects`` maps a tenant name to the objects this concern puts into that
     tenant's namespace; the tenant's component declares them after the namespace.
+    ``after_releases`` are platform-level objects that need the concern's charts running first (a Job
+    that talks to the server a chart installs); they are declared after the releases.
+    ``generated`` describes the deploy-time values its objects reference as ``${generated:<name>}``
+    (length, alphabet); a referenced name not listed gets the default (a 40-character password).
     """
 
     name: str
     objects: tuple[Manifest, ...] = ()
     releases: tuple[ChartRelease, ...] = ()
     tenant_objects: Mapping[str, tuple[Manifest, ...]] = field(default_factory=dict)
+    after_releases: tuple[Manifest, ...] = ()
+    generated: tuple[GeneratedValue, ...] = ()
 
     @property
     def all_objects(self) -> tuple[Manifest, ...]:
-        out = list(self.objects)
+        out = [*self.objects, *self.after_releases]
         for objects in self.tenant_objects.values():
             out += objects
         return tuple(out)

@@ -69,3 +69,24 @@ def substitute(value: Any, values: dict[str, str]) -> Any:
     if isinstance(value, list | tuple):
         return [substitute(v, values) for v in value]
     return value
+
+
+def restore(template: Any, value: Any) -> Any:
+    """``value`` with generated values put back as the placeholders of ``template``, where it matches.
+
+    For checks that see deployed objects (the CrossGuard pack sees what Pulumi registers, generated
+    values substituted): a string that is ``template`` with each placeholder filled by a generated
+    value (letters and digits) reads as ``template`` again; anything else, including a value changed
+    by hand, is returned unchanged, so it is still judged as it is.
+    """
+    if isinstance(template, str):
+        if not isinstance(value, str) or not _PLACEHOLDER.search(template):
+            return value
+        pattern = "".join(re.escape(part) if i % 2 == 0 else "[A-Za-z0-9]+"
+                          for i, part in enumerate(_PLACEHOLDER.split(template)))
+        return template if re.fullmatch(pattern, value) else value
+    if isinstance(template, dict) and isinstance(value, dict):
+        return {k: restore(template[k], v) if k in template else v for k, v in value.items()}
+    if isinstance(template, list | tuple) and isinstance(value, list) and len(template) == len(value):
+        return [restore(t, v) for t, v in zip(template, value, strict=True)]
+    return value

@@ -32,6 +32,9 @@ class ChartRelease:
     repo: str | None = None
     values: dict[str, Any] = field(default_factory=dict)
     external: bool = False
+    # Secrets the chart fills with values it generates while rendering (randAlphaNum, genPrivateKey):
+    # every render differs, so Pulumi keeps the first ones (ignoreChanges on their data).
+    regenerated_secrets: tuple[str, ...] = ()
 
     @property
     def chart_name(self) -> str:
@@ -89,9 +92,14 @@ def namespaces(config: PlatformConfig) -> list[Manifest]:
     return [system_namespace(r.namespace, r.component) for r in releases(config) if not r.external]
 
 
+def component_version(config: PlatformConfig, component: str) -> str:
+    """The stack's version of a catalog component (the MinIO tenant chart follows the operator's release)."""
+    return config.versions.minio if component == "minio-tenant" else str(getattr(config.versions, component))
+
+
 def upstream_image(config: PlatformConfig, component: str) -> ImageRef:
     """The controller image of ``component`` at the stack's version, as upstream publishes it."""
-    _, _, image = catalog.release(component, getattr(config.versions, component)).installed()
+    _, _, image = catalog.release(component, component_version(config, component)).installed()
     return ImageRef(image.registry, image.repository, image.tag)
 
 
@@ -122,8 +130,7 @@ def releases(config: PlatformConfig, lock: ImageLock | None = None) -> list[Char
     # templates/manager/manager.yaml (controllerManager.manager.image.repository:tag), trainer
     # templates/_helpers.tpl "trainer.image" (image.registry/image.repository:image.tag).
     return [
-        # The JobSet chart has no image.registry: the repository carries the registry host
-        # (templates/controller/deployment.yaml: "{{ .Values.image.repository }}:{{ .Values.image.tag }}").
+        # The JobSet chart has no image.registry: the repository carries the registry host (Ref above).
         _release(config, "jobset", {
             "image": {"repository": jobset_image.name, "tag": _tag(jobset_image), "pullPolicy": "IfNotPresent"},
         }),

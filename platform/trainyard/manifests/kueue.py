@@ -17,7 +17,7 @@ from trainyard.config.gpu_operator import MIG_PREFIX, advertised_resources, comp
 from trainyard.config.model import FlavorQuota, GpuPool, PlatformConfig, Tenant, gpu_share
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import DEFAULT_LOCAL_QUEUE, TENANT_LABEL, Manifest, metadata
-from trainyard.quantity import format_quantity, parse_quantity
+from trainyard.quantity import canonical_quantity, format_quantity, parse_quantity
 
 API = catalog.KUEUE_API
 # The MIG slice budget (kueue.mig_slice_budget): a resource no pod requests, derived by a Kueue resource
@@ -92,7 +92,7 @@ def cohort(config: PlatformConfig, name: str) -> Manifest:
     if definition.parent:
         spec["parentName"] = definition.parent
     if definition.fair_share_weight is not None and config.kueue.fair_sharing.enabled:
-        spec["fairSharing"] = {"weight": definition.fair_share_weight}
+        spec["fairSharing"] = {"weight": canonical_quantity(definition.fair_share_weight)}
     return {"apiVersion": API, "kind": "Cohort", "metadata": metadata(name), "spec": spec}
 
 
@@ -133,7 +133,7 @@ def cluster_queue_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
     spec["stopPolicy"] = "None"
     spec["preemption"] = preemption
     if settings.fair_sharing.enabled and tenant.fair_share_weight is not None:
-        spec["fairSharing"] = {"weight": tenant.fair_share_weight}
+        spec["fairSharing"] = {"weight": canonical_quantity(tenant.fair_share_weight)}
     if config.multikueue is not None and config.multikueue.role == "manager":
         # Every workload of a manager's queue is dispatched to a worker. Ref: ClusterQueue v1beta2
         # spec.admissionChecksStrategy (v1beta2 has no plain spec.admissionChecks list).
@@ -150,7 +150,8 @@ def cluster_queue_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
         # A second group: a resource or flavor can be in only one. Ref: Kueue docs, tasks/manage/share_quotas_across_flavors.
         spec["resourceGroups"].append({
             "coveredResources": [MIG_SLICES],
-            "flavors": [{"name": MIG_SLICE_FLAVOR, "resources": [{"name": MIG_SLICES, "nominalQuota": tenant.mig_slices}]}],
+            "flavors": [{"name": MIG_SLICE_FLAVOR,
+                         "resources": [{"name": MIG_SLICES, "nominalQuota": canonical_quantity(tenant.mig_slices)}]}],
         })
     return {
         "apiVersion": API,
@@ -208,11 +209,11 @@ def flavor_resources(pool: GpuPool, quota: FlavorQuota, covered: list[str] | Non
         return out
 
     def units(nominal: int, borrowing: int | None, lending: int | None) -> dict[str, Any]:
-        out: dict[str, Any] = {"nominalQuota": nominal}
+        out: dict[str, Any] = {"nominalQuota": canonical_quantity(nominal)}
         if borrowing is not None:
-            out["borrowingLimit"] = borrowing
+            out["borrowingLimit"] = canonical_quantity(borrowing)
         if lending is not None:
-            out["lendingLimit"] = lending
+            out["lendingLimit"] = canonical_quantity(lending)
         return out
 
     rows: list[dict[str, Any]] = []
@@ -227,11 +228,11 @@ def flavor_resources(pool: GpuPool, quota: FlavorQuota, covered: list[str] | Non
             q = shared[name]
             rows.append({"name": name, **units(q.nominal, q.borrowing_limit, q.lending_limit)})
         else:
-            rows.append({"name": name, "nominalQuota": 0})
+            rows.append({"name": name, "nominalQuota": "0"})
     return rows
 
 
-def _quantity_down(value: Fraction, binary: bool) -> int | str:
+def _quantity_down(value: Fraction, binary: bool) -> str:
     """``value`` as a quantity; a share that is no exact quantity (a seventh of a node for a 1g MIG slice)
     is rounded down to the milli-CPU or the MiB, so a derived quota never exceeds its share."""
     try:

@@ -55,3 +55,6 @@ def object_id(obj: Manifest) -> str:
 # the MLflow Secret carries MLFLOW_TRACKING_URI, MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD.
 OBJECT_STORE_SECRET = "trainyard-object-store"  # noqa: S105 - a Secret name, not a secret
 MLFLOW_SECRET = "trainyard-mlflow"  # noqa: S105 - a Secret name, not a secret
+# Keys of a Secret that are configuration, not secrets (an endpoint URL, a region), listed comma-separated
+# in this annotation so that review and policy tell them from values that must never be literal.
+NON_SECRET_KEYS = "trainyard.dev/non-secret-keys"  # noqa: S105 - an annotation key

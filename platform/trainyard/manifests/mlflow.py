@@ -29,7 +29,7 @@ from trainyard import catalog
 from trainyard.config.mlflow import Mlflow, MlflowObjectStore
 from trainyard.config.model import MLFLOW_POD_LABELS, MLFLOW_PORT, PlatformConfig
 from trainyard.manifests.concern import Concern
-from trainyard.manifests.generated import placeholder
+from trainyard.manifests.generated import GeneratedValue, names_in, placeholder
 from trainyard.manifests.installs import COMPONENT_LABEL, ChartRelease
 from trainyard.manifests.meta import MLFLOW_SECRET, OBJECT_STORE_SECRET, TENANT_LABEL, Manifest, metadata
 from trainyard.manifests.network import NAMESPACE_NAME_LABEL, controller_policies
@@ -113,6 +113,11 @@ def secrets(config: PlatformConfig) -> list[Manifest]:
     ]
 
 
+def _bucket(config: PlatformConfig, name: str) -> str:
+    """A platform bucket's full name (the object store's bucket_prefix prepended)."""
+    return config.object_store.platform_bucket(name) if config.object_store is not None else name
+
+
 def object_store_for_backups(config: PlatformConfig, store: MlflowObjectStore) -> Manifest:
     """The barman-cloud plugin's ObjectStore: where WAL and base backups go, with the service's object-store keys."""
 
@@ -126,7 +131,7 @@ def object_store_for_backups(config: PlatformConfig, store: MlflowObjectStore) -
         "spec": {
             "retentionPolicy": config.mlflow.backup.retention,
             "configuration": {
-                "destinationPath": f"s3://{store.backups_bucket}/",
+                "destinationPath": f"s3://{_bucket(config, store.backups_bucket)}/",
                 "endpointURL": store.endpoint_url,
                 "s3Credentials": {"accessKeyId": key("AWS_ACCESS_KEY_ID"),
                                   "secretAccessKey": key("AWS_SECRET_ACCESS_KEY"),
@@ -243,7 +248,7 @@ def chart_values(config: PlatformConfig) -> dict[str, Any]:
         # through the server (mlflow-artifacts:/ URIs), so only the server holds the bucket's keys.
         "artifactRoot": {
             "proxiedArtifactStorage": True,
-            "s3": {"enabled": True, "bucket": store.artifacts_bucket, "path": store.artifacts_prefix,
+            "s3": {"enabled": True, "bucket": _bucket(config, store.artifacts_bucket), "path": store.artifacts_prefix,
                    "existingSecret": {"name": OBJECT_STORE_SECRET, "keyOfAccessKeyId": "AWS_ACCESS_KEY_ID",
                                       "keyOfSecretAccessKey": "AWS_SECRET_ACCESS_KEY"}},
         },
@@ -371,9 +376,13 @@ def build(config: PlatformConfig) -> Concern:
         objects.append(scheduled_backup(config))
     objects.append(sync_script_configmap(config))
     objects += network_policies(config)
+    tenant_objects = {t.name: (tenant_secret(config, t.name, t.namespace_name),) for t in config.tenants}
+    # Every generated value the objects name: passwords and the Flask key, 40 letters and digits each.
+    referenced = set(names_in(objects)) | set(names_in([o for group in tenant_objects.values() for o in group]))
     return Concern(
         "mlflow",
         objects=tuple(objects),
         releases=tuple(r for r in releases(config) if r.component == "mlflow"),
-        tenant_objects={t.name: (tenant_secret(config, t.name, t.namespace_name),) for t in config.tenants},
+        tenant_objects=tenant_objects,
+        generated=tuple(GeneratedValue(name) for name in sorted(referenced)),
     )

@@ -96,6 +96,12 @@ def workload_pods(config: PlatformConfig) -> dict[str, Any]:
     return {"matchExpressions": [{"key": INFERENCE_SERVICE_POD_LABEL, "operator": "DoesNotExist"}]}
 
 
+def object_store_allow(config: PlatformConfig) -> Endpoint | None:
+    """What ``allow-object-store`` opens: the in-cluster server as the backend defines it, else the stack's endpoint."""
+    server = config.object_store.server_endpoint() if config.object_store is not None else None
+    return server if server is not None else config.security.network.object_store
+
+
 def tenant_policies(config: PlatformConfig, tenant: Tenant) -> list[Manifest]:
     ns, labels = tenant.namespace_name, {TENANT_LABEL: tenant.name}
     net = config.security.network
@@ -117,7 +123,7 @@ def tenant_policies(config: PlatformConfig, tenant: Tenant) -> list[Manifest]:
             "egress": [{"to": [{"podSelector": {}}]}],
         }),
     ]
-    for name, endpoint in (("allow-object-store", net.object_store), ("allow-mlflow", net.mlflow),
+    for name, endpoint in (("allow-object-store", object_store_allow(config)), ("allow-mlflow", net.mlflow),
                            ("allow-egress-proxy", net.egress_proxy)):
         if endpoint is not None:
             policies.append(_egress_to(name, ns, labels, [endpoint], workloads))

@@ -22,6 +22,7 @@ import yaml
 
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
+from trainyard.manifests import object_store
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import (
     APPROVED_RUNTIME_LABEL,
@@ -125,17 +126,17 @@ def load_runtime(path: Path, config: PlatformConfig, lock: ImageLock | None = No
 
 
 def checkpoints_bucket(config: PlatformConfig, tenant_name: str) -> str:
-    """The tenant's checkpoints bucket.
-
-    Contract with the object-store concern: ``trainyard.manifests.object_store.bucket_name(config, tenant,
-    "checkpoints")``; until that lands, its documented default naming ``<tenant>-checkpoints``.
-    """
-    return f"{tenant_name}-checkpoints"
+    """The tenant's checkpoints bucket: the object-store concern's name for it (bucket_prefix included);
+    ``<tenant>-checkpoints`` for a stack that opens a path to an object store it does not declare."""
+    if config.object_store is None:
+        return f"{tenant_name}-checkpoints"
+    return object_store.bucket_name(config, tenant_name, "checkpoints")
 
 
 def wires_object_store(config: PlatformConfig) -> bool:
-    # Tenants reach an object store exactly when the stack opens the path to one.
-    return config.security.network.object_store is not None
+    # Tenants reach an object store when the stack declares one (the allow is derived from it) or
+    # opens the path to one by hand.
+    return config.object_store is not None or config.security.network.object_store is not None
 
 
 def data_plane_wiring(config: PlatformConfig, runtime: Manifest) -> None:
@@ -149,11 +150,11 @@ def data_plane_wiring(config: PlatformConfig, runtime: Manifest) -> None:
       / REGION from the object-store Secret, so ``spec.initializer.dataset.storageUri: s3://...`` works
       with no key in the TrainJob (the Kubeflow SDK would otherwise write them there as plain env).
     """
-    object_store, mlflow = wires_object_store(config), config.mlflow.enabled
-    if not object_store and not mlflow:
+    store, mlflow = wires_object_store(config), config.mlflow.enabled
+    if not store and not mlflow:
         return
     sources: list[dict[str, Any]] = []
-    if object_store:
+    if store:
         sources += [{"secretRef": {"name": OBJECT_STORE_SECRET}}, {"configMapRef": {"name": BUCKETS_CONFIGMAP}}]
     if mlflow:
         sources.append({"secretRef": {"name": MLFLOW_SECRET}})
@@ -165,7 +166,7 @@ def data_plane_wiring(config: PlatformConfig, runtime: Manifest) -> None:
             env = [e for e in container.get("env") or [] if e.get("name") not in _WIRED_ENV]
             wired: list[dict[str, Any]] = [
                 {"name": "TRAIN_JOB_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": JOBSET_NAME_FIELD}}}]
-            if object_store:
+            if store:
                 wired.append({"name": "TRAINYARD_CHECKPOINT_URI",
                               "value": f"s3://$({CHECKPOINTS_BUCKET_KEY})/$(TRAIN_JOB_NAME)/"})
                 if step in INITIALIZER_STEPS and container.get("name") == job.get("name"):

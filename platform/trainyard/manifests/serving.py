@@ -37,7 +37,6 @@ KServe chart values (kserve-resources v0.20.0 values.yaml):
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,6 @@ from trainyard.config.model import PlatformConfig, Tenant
 from trainyard.config.serving import Serving
 from trainyard.manifests import object_store
 from trainyard.manifests.concern import Concern
-from trainyard.manifests.generated import GeneratedValue
 from trainyard.manifests.installs import ChartRelease, mirrored_parts, pinned_chart, system_namespace
 from trainyard.manifests.meta import (
     APPROVED_RUNTIME_LABEL,
@@ -56,7 +54,14 @@ from trainyard.manifests.meta import (
     Manifest,
     metadata,
 )
-from trainyard.manifests.network import controller_policies, egress_to, namespace_selector, network_policy, tcp_ports
+from trainyard.manifests.network import (
+    controller_policies,
+    egress_to,
+    namespace_selector,
+    network_policy,
+    object_store_allow,
+    tcp_ports,
+)
 from trainyard.manifests.runtimes import DIGEST, RuntimeFileError, image_allowed, read_runtime_file
 from trainyard.manifests.tenants import role_binding_for
 
@@ -78,42 +83,6 @@ VISIBILITY_LABEL = "networking.kserve.io/visibility"
 CLUSTER_LOCAL = "cluster-local"
 
 
-@dataclass(frozen=True)
-class ReadOnlyIdentity:
-    """A read-only object-store identity limited to one bucket: what the object-store builder must create.
-
-    The object-store concern owns identities (it renders the S3 server's identity file or IAM users);
-    serving only names the one it needs per tenant and writes the same generated values into the
-    tenant's ``trainyard-serving-s3`` Secret. The shape follows the object-store branch's
-    ``Identity(name, buckets, access, generation)``: name ``serving-<tenant>``, access ``read-only``,
-    generation 1, keys ``object-store/<name>/g<generation>/{access-key,secret-key}``, so that branch can
-    list these among its identities unchanged. ``actions`` are SeaweedFS's (``Read:<bucket>``,
-    ``List:<bucket>``; weed/s3api/auth_credentials.go).
-    """
-
-    tenant: str
-    name: str
-    bucket: str
-    generation: int = 1
-    access: str = "read-only"
-
-    @property
-    def buckets(self) -> tuple[str, ...]:
-        return (self.bucket,)
-
-    @property
-    def access_key_id(self) -> GeneratedValue:
-        return GeneratedValue(f"object-store/{self.name}/g{self.generation}/access-key", length=20, alphabet="access-key")
-
-    @property
-    def secret_access_key(self) -> GeneratedValue:
-        return GeneratedValue(f"object-store/{self.name}/g{self.generation}/secret-key", length=40)
-
-    @property
-    def actions(self) -> tuple[str, ...]:
-        return (f"Read:{self.bucket}", f"List:{self.bucket}")
-
-
 def enabled(config: PlatformConfig) -> Serving:
     if config.serving is None:
         raise ValueError("the stack has no serving section")
@@ -124,15 +93,9 @@ def model_bucket(config: PlatformConfig, tenant: Tenant) -> str:
     return object_store.bucket_name(config, tenant, "models")
 
 
-def read_only_identity(config: PlatformConfig, tenant: Tenant) -> ReadOnlyIdentity:
-    return ReadOnlyIdentity(tenant=tenant.name, name=f"serving-{tenant.name}", bucket=model_bucket(config, tenant))
-
-
-def read_only_identities(config: PlatformConfig) -> list[ReadOnlyIdentity]:
-    """Every tenant's serving identity (empty without serving): the object-store builder creates these."""
-    if config.serving is None:
-        return []
-    return [read_only_identity(config, tenant) for tenant in config.tenants]
+def read_only_identity(config: PlatformConfig, tenant: Tenant) -> object_store.Identity:
+    """The tenant's read-only identity for its models bucket; the object-store concern provisions it."""
+    return object_store.serving_identity(config, tenant)
 
 
 # ---------------------------------------------------------------- install
@@ -261,7 +224,7 @@ def s3_secret(config: PlatformConfig, tenant: Tenant) -> Manifest:
     annotations = {
         S3_ENDPOINT_ANNOTATION: endpoint,
         S3_USE_HTTPS_ANNOTATION: use_https,
-        S3_REGION_ANNOTATION: serving.s3_region,
+        S3_REGION_ANNOTATION: object_store.region(config),
         S3_VERIFY_SSL_ANNOTATION: "1" if serving.s3_verify_ssl else "0",
     }
     return {
@@ -271,8 +234,8 @@ def s3_secret(config: PlatformConfig, tenant: Tenant) -> Manifest:
                              annotations=annotations),
         "type": "Opaque",
         "stringData": {
-            ACCESS_KEY_ID_KEY: identity.access_key_id.placeholder,
-            SECRET_ACCESS_KEY_KEY: identity.secret_access_key.placeholder,
+            ACCESS_KEY_ID_KEY: identity.access_key.placeholder,
+            SECRET_ACCESS_KEY_KEY: identity.secret_key.placeholder,
         },
     }
 
@@ -311,7 +274,7 @@ def predictor_policies(config: PlatformConfig, tenant: Tenant) -> list[Manifest]
     serving = enabled(config)
     ns, labels = tenant.namespace_name, {TENANT_LABEL: tenant.name}
     out: list[Manifest] = []
-    store = config.security.network.object_store
+    store = object_store_allow(config)
     if store is not None:
         out.append(egress_to("allow-predictors-object-store", ns, labels, [store], PREDICTOR_PODS))
     callers: list[dict[str, Any]] = [{"namespaceSelector": namespace_selector(n)} for n in serving.network.callers]

@@ -92,8 +92,8 @@ def resource_quota_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
                 memory += total
     hard: dict[str, Any] = {
         f"requests.{catalog.GPU_RESOURCE}": str(gpus),
-        "requests.cpu": str(format_quantity(cpu, binary=False)),
-        "requests.memory": str(format_quantity(memory, binary=True)),
+        "requests.cpu": format_quantity(cpu, binary=False),
+        "requests.memory": format_quantity(memory, binary=True),
         "requests.storage": str(tenant.storage.requests),
         "persistentvolumeclaims": str(tenant.storage.persistent_volume_claims),
         "count/trainjobs.trainer.kubeflow.org": str(tenant.max_trainjobs),

@@ -12,6 +12,9 @@ bridge the gap:
   ``kubernetes:<group>/<version>:<Kind>``, so a resource's properties *are* the manifest.
 - enforcement levels: the stack's per-rule severities, which ``trainyard policy-config STACK``
   also writes as a ``--policy-pack-config`` file.
+- generated values: the engine shows the pack objects with deploy-time values substituted; the
+  rules judge the rendered form, so where a field is its rendered template with the placeholders
+  filled in, the placeholders are put back (``with_placeholders``).
 
 Ref: https://www.pulumi.com/docs/iac/using-pulumi/crossguard/configuration/
 """
@@ -27,7 +30,8 @@ from trainyard.config import validate_platform
 from trainyard.config.load import CONFIG_KEY
 from trainyard.config.model import PlatformConfig
 from trainyard.config.security import PolicyLevel
-from trainyard.manifests.meta import Manifest
+from trainyard.manifests.generated import names_in, restore
+from trainyard.manifests.meta import Manifest, object_key
 from trainyard.policy.rules import RULES
 
 # Resources of these types are not Kubernetes objects (the provider, Helm charts as a whole).
@@ -92,3 +96,22 @@ def platform_config_from_environment(environ: Mapping[str, str], root: Path | No
         return open_stack(stack, root).config
     raise PackConfigError(f"no stack config: neither PULUMI_CONFIG (with {CONFIG_KEY}) nor PULUMI_STACK is set; "
                           "run the pack through `pulumi preview --policy-pack policies`")
+
+
+_TEMPLATES: dict[int, dict[tuple[str, str, str, str], Manifest]] = {}
+
+
+def _templates(config: PlatformConfig, root: Path) -> dict[tuple[str, str, str, str], Manifest]:
+    """The stack's rendered objects that reference generated values, by identity (rendered once per config)."""
+    if id(config) not in _TEMPLATES:
+        from trainyard.manifests import render_platform
+
+        rendered = render_platform(config, root)
+        _TEMPLATES[id(config)] = {object_key(o): o for o in rendered.all_objects if any(True for _ in names_in(o))}
+    return _TEMPLATES[id(config)]
+
+
+def with_placeholders(obj: Manifest, config: PlatformConfig, root: Path) -> Manifest:
+    """``obj`` as rendered where it differs from the render only by the generated values in it."""
+    template = _templates(config, root).get(object_key(obj))
+    return obj if template is None else restore(template, obj)

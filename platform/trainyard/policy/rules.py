@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
-from trainyard.policy import exposure, mlflow, queueing, serving, stackwide, supply, tenancy, trainjobs, workloads
+from trainyard.policy import (
+    exposure,
+    mlflow,
+    object_store,
+    queueing,
+    serving,
+    stackwide,
+    supply,
+    tenancy,
+    trainjobs,
+    workloads,
+)
 from trainyard.policy.model import Rule
 
 RULES: tuple[Rule, ...] = (*workloads.RULES, *trainjobs.RULES, *mlflow.RULES, *tenancy.RULES, *exposure.RULES,
-                           *serving.RULES, *queueing.RULES, *stackwide.RULES, *supply.RULES)
+                           *serving.RULES, *queueing.RULES, *object_store.RULES, *stackwide.RULES, *supply.RULES)
 RULE_IDS = frozenset(rule.id for rule in RULES)
 RULES_BY_ID = {rule.id: rule for rule in RULES}

@@ -37,6 +37,8 @@ def catalog_images(ctx: Context) -> set[str]:
                     continue
                 upstream = ImageRef(image.registry, image.repository, image.tag)
                 out.add(mirrored(upstream, ctx.config.images.registry_mirror).tagged)
+    if ctx.config.object_store is not None:
+        out.add(image_key(ctx.config.object_store.provisioner_image))
     return out
 
 

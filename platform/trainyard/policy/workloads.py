@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from trainyard import catalog
 from trainyard.manifests import generated
-from trainyard.manifests.meta import Manifest
+from trainyard.manifests.meta import NON_SECRET_KEYS, Manifest
 from trainyard.manifests.runtimes import DIGEST, image_allowed
 from trainyard.policy.model import Context, object_rule
 from trainyard.policy.pods import as_dict, as_list, containers, env_lists, pod_specs
@@ -133,9 +133,10 @@ def gpu_container_limits(obj: Manifest, ctx: Context) -> Iterator[str]:
              "deploy time as Pulumi secrets, never in reviewed YAML.")
 def no_plaintext_secrets(obj: Manifest, ctx: Context) -> Iterator[str]:
     if obj.get("kind") == "Secret":
+        public = set(str(as_dict(as_dict(obj.get("metadata")).get("annotations")).get(NON_SECRET_KEYS, "")).split(","))
         for field in ("data", "stringData"):
             for key, value in as_dict(obj.get(field)).items():
-                if not isinstance(value, str) or not value or _deploy_time_value(value):
+                if not isinstance(value, str) or not value or _deploy_time_value(value) or key in public:
                     continue
                 if not NON_SECRET_KEY.search(str(key)) or EMBEDDED_CREDENTIALS.search(value):
                     yield f"{field}.{key} holds a literal value"

@@ -16,6 +16,7 @@ from typing import Any
 
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
+from trainyard.quantity import parse_quantity
 from trainyard.rehearsal.kube import Kube, Manifest
 from trainyard.rehearsal.scenario import Expectation, Scenario
 
@@ -153,7 +154,7 @@ class Observer:
         for group in cq["spec"].get("resourceGroups", []):
             for entry in group.get("flavors", []):
                 if entry["name"] == flavor:
-                    nominal += sum(int(str(r["nominalQuota"])) for r in entry["resources"]
+                    nominal += sum(int(parse_quantity(r["nominalQuota"])) for r in entry["resources"]
                                    if r["name"] == catalog.GPU_RESOURCE)
         used = 0
         for other in self.kube.items("workloads.kueue.x-k8s.io", workload["metadata"]["namespace"]):

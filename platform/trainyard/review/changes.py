@@ -23,7 +23,7 @@ import yaml
 
 from trainyard.manifests.installs import COMPONENT_LABEL
 from trainyard.manifests.meta import TENANT_LABEL, Manifest, object_key
-from trainyard.review.render import REDACTED, is_secret_key, redact
+from trainyard.review.render import REDACTED, is_placeholder, is_secret_key, redact, secret_value_shown
 
 Action = Literal["added", "removed", "changed", "replaced"]
 ACTIONS: Final = ("added", "removed", "changed", "replaced")
@@ -147,7 +147,7 @@ def _named(items: Sequence[Any], id_keys: Sequence[str]) -> tuple[str, dict[str,
 def _hidden(value: Any) -> Any:
     """A credential-like value as it may be shown: strings redacted, structures redacted inside."""
     if isinstance(value, str):
-        return REDACTED
+        return value if is_placeholder(value) else REDACTED
     return _safe(value)
 
 
@@ -235,8 +235,11 @@ def diff_manifests(old: Manifest, new: Manifest) -> list[FieldChange]:
     for field in hidden:
         before, after = old.get(field) or {}, new.get(field) or {}
         for key in sorted({*before, *after}):
-            out += diff_values(before.get(key, ABSENT), after.get(key, ABSENT), field + key_segment(str(key)),
-                               secret=True)
+            old_value, new_value = before.get(key, ABSENT), after.get(key, ABSENT)
+            # Placeholders and configuration keys are shown; anything else only as <redacted>.
+            shown = all(v is ABSENT or secret_value_shown(o, str(key), v)
+                        for o, v in ((old, old_value), (new, new_value)))
+            out += diff_values(old_value, new_value, field + key_segment(str(key)), secret=not shown)
     return sorted(out, key=lambda c: c.path)
 
 

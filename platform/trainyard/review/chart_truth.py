@@ -39,8 +39,19 @@ UNPINNED_TAGS = frozenset({"", "latest", "main", "master"})
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 
 
+# Custom resources that name the image their operator runs in a field of their own.
+# Ref: minio/operator pkg/apis/minio.min.io/v2/types.go TenantSpec.Image (the pools' server image).
+CR_IMAGE_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {("minio.min.io/v2", "Tenant"): ("spec", "image")}
+
+
 def images_of(obj: Any) -> Iterator[str]:
     """Every ``image`` of a container in an object (pod templates at any depth, CR fields shaped like pods)."""
+    if isinstance(obj, dict) and (obj.get("apiVersion"), obj.get("kind")) in CR_IMAGE_FIELDS:
+        value: Any = obj
+        for key in CR_IMAGE_FIELDS[(obj["apiVersion"], obj["kind"])]:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, str):
+            yield value
     if isinstance(obj, dict):
         for key, value in obj.items():
             if key in CONTAINER_LISTS and isinstance(value, list):

@@ -183,7 +183,7 @@ def queue_highlights(changes: Sequence[ObjectChange]) -> list[str]:
         for f in change.fields:
             match = _GPU_QUOTA.match(f.path)
             if match and match["resource"] == catalog.GPU_RESOURCE:
-                lines.append(f"`{change.name}` {match['flavor']} {_QUOTA_WORDS[match['field']]} {arrow(f.old, f.new)}")
+                lines.append(f"`{change.name}` {match['flavor']} {_QUOTA_WORDS[match['field']]} {arrow(f.old, f.new, f.path)}")
     return lines
 
 

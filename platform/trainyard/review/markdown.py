@@ -49,7 +49,7 @@ def field_lines(change: FieldChange) -> list[str]:
         return lines
     if change.old == change.new:  # a secret that changed, shown redacted on both sides
         return [f"~ {change.path}: {compact(change.new)} (value changed)"]
-    return [f"~ {change.path}: {arrow(change.old, change.new)}"]
+    return [f"~ {change.path}: {arrow(change.old, change.new, change.path)}"]
 
 
 def object_field_lines(change: ObjectChange) -> list[str]:

@@ -1,7 +1,9 @@
 """Writing a rendered platform as YAML: one file per object, byte-identical for the same input.
 
 Secret values never reach a file: Secret data and any chart value whose key looks like a
-credential are replaced by a placeholder before anything is written.
+credential are replaced by a placeholder before anything is written. What is shown of a Secret:
+values built around ``${generated:<name>}`` placeholders (they name a deploy-time value, they are
+not one) and keys the Secret lists as configuration (``trainyard.dev/non-secret-keys``).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import yaml
 
 from trainyard.derived_cache import derived_text
 from trainyard.manifests import RenderedPlatform
-from trainyard.manifests.meta import Manifest, object_key
+from trainyard.manifests.meta import NON_SECRET_KEYS, Manifest, object_key
 
 REDACTED = "<redacted>"
 MARKER = ".trainyard-render"
 _SECRET_KEY = re.compile(r"(password|passwd|secret|token|credential|private[-_]?key|access[-_]?key)", re.IGNORECASE)
+_GENERATED = re.compile(r"\$\{generated:[a-z0-9][a-z0-9./-]*[a-z0-9]\}")
 
 
 _BaseDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -84,9 +87,24 @@ def redact(value: Any, key: str = "") -> Any:
         return {k: redact(v, str(k)) for k, v in value.items()}
     if isinstance(value, list):
         return [redact(v, key) for v in value]
-    if isinstance(value, str) and key and _SECRET_KEY.search(key) and not value.startswith("<"):
+    if isinstance(value, str) and key and _SECRET_KEY.search(key) and not value.startswith("<") \
+            and not is_placeholder(value):
         return REDACTED
     return value
+
+
+def is_placeholder(value: str) -> bool:
+    """A string that is exactly one generated-value placeholder: it names a secret, it is not one."""
+    match = _GENERATED.fullmatch(value)
+    return match is not None
+
+
+def secret_value_shown(obj: Manifest, key: str, value: Any) -> bool:
+    """Whether a Secret's value under ``key`` may be shown: configuration, or built around placeholders."""
+    if not isinstance(value, str):
+        return False
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return key in str(annotations.get(NON_SECRET_KEYS, "")).split(",") or bool(_GENERATED.search(value))
 
 
 def redact_object(obj: Manifest) -> Manifest:
@@ -94,7 +112,7 @@ def redact_object(obj: Manifest) -> Manifest:
         out = dict(obj)
         for field in ("data", "stringData"):
             if field in out:
-                out[field] = {k: REDACTED for k in out[field]}
+                out[field] = {k: redact(v) if secret_value_shown(obj, k, v) else REDACTED for k, v in out[field].items()}
         return out
     return obj
 

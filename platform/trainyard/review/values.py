@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import re
+from fractions import Fraction
 from typing import Any, Final
 
+from trainyard.quantity import format_quantity, parse_quantity
 from trainyard.review.changes import ABSENT
 from trainyard.review.render import REDACTED
 
@@ -43,11 +45,48 @@ def delta(old: Any, new: Any) -> str:
     return ""
 
 
-def arrow(old: Any, new: Any) -> str:
-    """``old -> new (+d)``, or just the value when it did not change."""
+# Fields that hold a Kubernetes quantity, which the API machinery writes as a string ("8", "64Gi").
+_QUANTITY_PATH = re.compile(
+    r"(\.(nominalQuota|borrowingLimit|lendingLimit)|\.fairSharing\.weight|^spec\.hard\[[^\]]+\]"
+    r"|\.resources\.(requests|limits)\[[^\]]+\])$")
+
+
+def arrow(old: Any, new: Any, path: str = "") -> str:
+    """``old -> new (+d)``, or just the value when it did not change.
+
+    On a quantity field (``path``), quantities read bare and with their delta: ``"32" -> "40"``
+    reads ``32 -> 40 (+8)``, ``28448Gi -> 30248Gi (+1800Gi)``.
+    """
+    if path and _QUANTITY_PATH.search(path):
+        return _quantity_arrow(old, new)
     if old == new:
         return compact(old)
     return f"{compact(old)} -> {compact(new)}{delta(old, new)}"
+
+
+def _quantity_arrow(old: Any, new: Any) -> str:
+    def parsed(value: Any) -> tuple[Fraction, bool] | None:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            return None
+        try:
+            return parse_quantity(value), isinstance(value, str) and value.strip()[-2:] in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+        except ValueError:
+            return None
+
+    def text(value: Any) -> str:
+        return str(value).strip() if parsed(value) else compact(value)
+
+    if old == new:
+        return text(old)
+    before, after = parsed(old), parsed(new)
+    suffix = ""
+    if before and after and before[0] != after[0]:
+        change = after[0] - before[0]
+        try:
+            suffix = f" ({'+' if change > 0 else '-'}{format_quantity(abs(change), binary=before[1] or after[1])})"
+        except ValueError:
+            suffix = ""
+    return f"{text(old)} -> {text(new)}{suffix}"
 
 
 def limit_text(value: int | None) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -142,6 +143,27 @@ def runtime_images(rendered: RenderedPlatform) -> list[tuple[str, ImageRef]]:
     return out
 
 
+def _charts(platform: RenderedPlatform, renderer: charts_module.ChartRenderer | None,
+            add: Callable[[ImageRef, str], None]) -> tuple[list[BomChart], list[str]]:
+    """The BOM's chart rows, adding each installed chart's images; and the charts whose images are unknown."""
+    bom_charts, unknown = [], []
+    for release in platform.releases:
+        found_images = charts_module.chart_images(release, renderer) if not release.external else \
+            charts_module.ChartImages(release.name, (), "unknown", "external: installed outside this stack")
+        if not release.external:
+            for text in found_images.images:
+                try:
+                    chart_ref = ImageRef.parse(text)
+                except ReferenceError:
+                    continue  # the check rule reports references that do not parse
+                add(chart_ref if chart_ref.tag is None else chart_ref.with_digest(None), f"chart:{release.name}")
+            if found_images.method == "unknown":
+                unknown.append(release.name)
+        bom_charts.append(BomChart(release.name, release.chart, release.version, release.repo, None, release.external,
+                                   found_images.images, found_images.method, found_images.note))
+    return bom_charts, unknown
+
+
 def build_bom(stack: Stack, rendered: RenderedPlatform | None = None,
               renderer: charts_module.ChartRenderer | None = None) -> Bom:
     config = stack.config
@@ -160,24 +182,13 @@ def build_bom(stack: Stack, rendered: RenderedPlatform | None = None,
         add(pulled, f"controller:{component}", upstream)
     for source, upstream, pulled in further_images(config, platform):
         add(pulled, source, upstream)
+    if config.object_store is not None:
+        # The object store's provisioning Job: an image the platform team builds (docs/components/object-store.md).
+        add(ImageRef.parse(config.object_store.provisioner_image).with_digest(None), "object-store:provisioner")
     for name, ref in runtime_images(platform):
         # A rendered runtime image carries the lock's digest; the BOM keys it by the reference the file names.
         add(ref if ref.tag is None else ref.with_digest(None), f"runtime:{name}")
-    bom_charts, unknown = [], []
-    for release in platform.releases:
-        found_images = charts_module.chart_images(release, renderer) if not release.external else \
-            charts_module.ChartImages(release.name, (), "unknown", "external: installed outside this stack")
-        if not release.external:
-            for text in found_images.images:
-                try:
-                    chart_ref = ImageRef.parse(text)
-                except ReferenceError:
-                    continue  # the check rule reports references that do not parse
-                add(chart_ref if chart_ref.tag is None else chart_ref.with_digest(None), f"chart:{release.name}")
-            if found_images.method == "unknown":
-                unknown.append(release.name)
-        bom_charts.append(BomChart(release.name, release.chart, release.version, release.repo, None, release.external,
-                                   found_images.images, found_images.method, found_images.note))
+    bom_charts, unknown = _charts(platform, renderer, add)
 
     images = []
     for key in sorted(found):

@@ -107,6 +107,26 @@ def _cert_manager_1_21(values: Mapping[str, Any]) -> tuple[list[str], str]:
             "an image.repository or image.tag override is set: the images above may not be the ones rendered"
     return [f"{registry}/{namespace}/{name}:{tag}" for name in names], \
         "acmesolver is an argument (HTTP-01 only), not a pod image"
+def _seaweedfs_4_44(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/seaweedfs templates/shared/_helpers.tpl "seaweedfs.image": <global.imageRegistry>/
+    # <global.seaweedfs.image.name>:<image.tag>; all-in-one is the only workload Trainyard enables (COSI off).
+    registry = _get(values, "global", "imageRegistry") or ""
+    name = _get(values, "global", "seaweedfs", "image", "name") or "chrislusf/seaweedfs"
+    tag = _get(values, "image", "tag") or "4.44"
+    return [f"{registry}/{name}:{tag}" if registry else f"{name}:{tag}"], "all-in-one only; COSI driver off"
+
+
+def _minio_operator_7_1(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/operator templates/operator-deployment.yaml ("{{ .Values.operator.image.repository }}:{{ .tag }}").
+    image = _get(values, "operator", "image")
+    return [f"{image['repository']}:{image['tag']}"], "one Deployment; the sidecar image defaults to the operator's"
+
+
+def _minio_tenant_7_1(values: Mapping[str, Any]) -> tuple[list[str], str]:
+    # Ref: charts/tenant templates/tenant.yaml spec.image ("{{ .image.repository }}:{{ .image.digest | default .image.tag }}");
+    # the operator runs it in the pool's StatefulSet. KES is off (no tenant.kes).
+    image = _get(values, "tenant", "image")
+    return [f"{image['repository']}:{image['tag']}"], "the Tenant's server image; KES off"
 
 
 def _cloudnative_pg_0_29(values: Mapping[str, Any]) -> tuple[list[str], str]:
@@ -145,6 +165,9 @@ TEMPLATE_IMAGES: dict[tuple[str, str], Callable[[Mapping[str, Any]], tuple[list[
     ("kubeflow-trainer", "2.3.0"): _trainer_2_3,
     ("kserve-resources", "v0.20.0"): _kserve_resources_0_20,
     ("cert-manager", "v1.21.1"): _cert_manager_1_21,
+    ("seaweedfs", "4.44.0"): _seaweedfs_4_44,
+    ("operator", "7.1.1"): _minio_operator_7_1,
+    ("tenant", "7.1.1"): _minio_tenant_7_1,
     ("cloudnative-pg", "0.29.0"): _cloudnative_pg_0_29,
     ("mlflow", "1.11.5"): _mlflow_1_11,
     ("gpu-operator", "v26.7.0"): _gpu_operator_26_7,  # the chart version carries the "v" (Chart.yaml)
@@ -152,10 +175,21 @@ TEMPLATE_IMAGES: dict[tuple[str, str], Callable[[Mapping[str, Any]], tuple[list[
 
 
 def rendered_images(objects: Sequence[Manifest]) -> list[str]:
+    """Every container image of every pod-carrying object, and the image a custom resource names for
+    its operator to run (the MinIO Tenant's ``spec.image``; ``review.chart_truth.CR_IMAGE_FIELDS``)."""
     from trainyard.policy.pods import containers
+    from trainyard.review.chart_truth import CR_IMAGE_FIELDS
 
-    return sorted({str(c.container["image"]) for obj in objects for c in containers(obj)
-                   if isinstance(c.container.get("image"), str)})
+    images = {str(c.container["image"]) for obj in objects for c in containers(obj)
+              if isinstance(c.container.get("image"), str)}
+    for obj in objects:
+        path = CR_IMAGE_FIELDS.get((obj.get("apiVersion"), obj.get("kind")))  # type: ignore[arg-type]
+        value: Any = obj
+        for key in path or ():
+            value = value.get(key) if isinstance(value, dict) else None
+        if path and isinstance(value, str):
+            images.add(value)
+    return sorted(images)
 
 
 def chart_images(release: ChartRelease, renderer: ChartRenderer | None = None) -> ChartImages:

@@ -1,0 +1,1 @@
+"""Programs Trainyard ships into Jobs (they import nothing from Trainyard)."""

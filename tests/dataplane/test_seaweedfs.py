@@ -1,0 +1,217 @@
+"""A real SeaweedFS with exactly the identities Trainyard renders: each tenant reaches its own buckets only.
+
+``weed`` is built from Go modules by ``tools/build.sh seaweedfs`` (``make tools``). The server runs
+on 127.0.0.1 (``weed mini``) with the identities file taken from the rendered Secret of the local
+stack, test-generated keys substituted for the placeholders, as the Pulumi component would. The
+buckets are created by the provisioning program the Job runs (``trainyard.provisioning.object_store``)
+from the rendered plan. Then boto3 (the client the Job and most training code use) checks, per
+tenant, bucket and operation, what is allowed and what is refused, and prints the matrix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import needs_crds, rendered, stack
+from trainyard.components.generated import generate
+from trainyard.config.object_store import PURPOSES
+from trainyard.manifests import object_store
+from trainyard.manifests.generated import names_in, substitute
+from trainyard.provisioning.object_store import reconcile
+
+pytestmark = [pytest.mark.dataplane, needs_crds]
+
+boto3 = pytest.importorskip("boto3")
+from botocore.client import Config  # noqa: E402
+from botocore.exceptions import ClientError  # noqa: E402
+
+STACK = "local"
+
+
+def weed_binary() -> str | None:
+    tools = Path(os.environ.get("TRAINYARD_TOOLS_DIR", Path.home() / ".cache" / "trainyard" / "tools"))
+    candidate = tools / "bin" / "weed"
+    return str(candidate) if candidate.is_file() else shutil.which("weed")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def client(endpoint: str, access_key: str | None, secret_key: str | None) -> Any:
+    config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
+                    signature_version="s3v4" if access_key else __import__("botocore").UNSIGNED)
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=access_key,
+                        aws_secret_access_key=secret_key, config=config)
+
+
+@pytest.fixture(scope="module")
+def keys() -> dict[str, str]:
+    """Test stand-ins for the deploy-time generated values, made the way the component makes them."""
+    platform = rendered(STACK)
+    names = sorted({n for o in platform.all_objects for n in names_in(o)})
+    specs = {v.name: v for c in platform.concerns for v in c.generated}
+    return {n: generate(specs[n].length, specs[n].alphabet) for n in names}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, str]) -> Iterator[str]:
+    weed = weed_binary()
+    if weed is None:
+        pytest.skip("weed is not built (run `make tools` or tools/build.sh seaweedfs)")
+    platform = rendered(STACK)
+    identities = next(o for o in platform.all_objects if o["kind"] == "Secret"
+                      and o["metadata"]["name"] == object_store.SEAWEEDFS_IDENTITIES_SECRET)
+    work = tmp_path_factory.mktemp("seaweedfs")
+    config_file = work / "s3.json"
+    # Exactly the rendered file, placeholders replaced by this run's keys.
+    config_file.write_text(substitute(identities["stringData"][object_store.SEAWEEDFS_IDENTITIES_KEY], keys))
+    config_file.chmod(0o600)
+    (work / "data").mkdir()
+    s3_port = free_port()
+    ports = {"master.port": free_port(), "volume.port": free_port(), "filer.port": free_port()}
+    args = [weed, "mini", f"-dir={work / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            f"-s3.port={s3_port}", f"-s3.config={config_file}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+            "-webdav=false", "-admin.ui=false", "-master.telemetry=false",
+            *(f"-{flag}={port}" for flag, port in ports.items()),
+            *(f"-{flag}.grpc={free_port()}" for flag in ports)]
+    log = (work / "weed.log").open("w")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=work)
+    endpoint = f"http://127.0.0.1:{s3_port}"
+    try:
+        admin = client(endpoint, keys[object_store.ADMIN.access_key.name], keys[object_store.ADMIN.secret_key.name])
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                admin.list_buckets()
+                break
+            except Exception:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"weed did not come up:\n{(work / 'weed.log').read_text()[-3000:]}") from None
+                time.sleep(1)
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+    # The server's own log never shows a secret key (access key ids are identifiers, not secrets).
+    server_log = (work / "weed.log").read_text(errors="replace")
+    leaked = [name for name, value in keys.items() if name.endswith("secret-key") and value in server_log]
+    assert leaked == [], f"secret keys in the SeaweedFS log: {leaked}"
+
+
+@pytest.fixture(scope="module")
+def provisioned(server: str, keys: dict[str, str]) -> list[str]:
+    """Buckets as the Job makes them: the rendered plan, applied by the Job's own program."""
+    platform = rendered(STACK)
+    config_map = next(o for o in platform.all_objects if o["kind"] == "ConfigMap"
+                      and o["metadata"]["name"] == object_store.PROVISIONING_CONFIG)
+    plan = json.loads(config_map["data"]["plan.json"])
+    admin = client(server, keys[object_store.ADMIN.access_key.name], keys[object_store.ADMIN.secret_key.name])
+    first = reconcile(plan, {}, s3=admin)
+    second = reconcile(plan, {}, s3=admin)  # idempotent: the Job may run again
+    print("\nprovisioning (first run):", *first, sep="\n  ")
+    return second
+
+
+def tenant_client(server: str, keys: dict[str, str], tenant: str) -> Any:
+    config = stack(STACK).config
+    identity = object_store.tenant_identity(config, next(t for t in config.tenants if t.name == tenant))
+    return client(server, keys[identity.access_key.name], keys[identity.secret_key.name])
+
+
+def attempt(s3: Any, operation: str, bucket: str) -> str:
+    try:
+        if operation == "list":
+            s3.list_objects_v2(Bucket=bucket)
+        elif operation == "put":
+            s3.put_object(Bucket=bucket, Key="probe/object.txt", Body=b"probe")
+        elif operation == "get":
+            s3.get_object(Bucket=bucket, Key="seed/object.txt")["Body"].read()
+        return "allowed"
+    except ClientError as exc:
+        return f"denied ({exc.response['Error']['Code']})"
+
+
+def test_each_tenant_reaches_its_own_buckets_and_is_denied_the_others(server: str, keys: dict[str, str],
+                                                                     provisioned: list[str]) -> None:
+    config = stack(STACK).config
+    tenants = [t.name for t in config.tenants]
+    buckets = [object_store.bucket_name(config, t, p) for t in tenants for p in PURPOSES]
+    admin = client(server, keys[object_store.ADMIN.access_key.name], keys[object_store.ADMIN.secret_key.name])
+    for bucket in buckets:
+        admin.put_object(Bucket=bucket, Key="seed/object.txt", Body=b"seed")
+    rows, wrong = [], []
+    for tenant in tenants:
+        s3 = tenant_client(server, keys, tenant)
+        for bucket in buckets:
+            for operation in ("list", "get", "put"):
+                outcome = attempt(s3, operation, bucket)
+                own = bucket.startswith(f"{config.object_store.bucket_prefix}{tenant}-")  # type: ignore[union-attr]
+                rows.append((tenant, bucket, operation, outcome))
+                if own != (outcome == "allowed") or (not own and "AccessDenied" not in outcome):
+                    wrong.append((tenant, bucket, operation, outcome))
+    width = max(len(b) for b in buckets)
+    print("\nisolation matrix (tenant x bucket x operation -> outcome):")
+    for tenant, bucket, operation, outcome in rows:
+        print(f"  {tenant:<8} {bucket:<{width}} {operation:<4} -> {outcome}")
+    assert wrong == []
+
+
+def test_anonymous_requests_are_refused(server: str, provisioned: list[str]) -> None:
+    config = stack(STACK).config
+    anonymous = client(server, None, None)
+    for tenant in config.tenants:
+        bucket = object_store.bucket_name(config, tenant, "datasets")
+        assert "AccessDenied" in attempt(anonymous, "list", bucket)
+        assert "AccessDenied" in attempt(anonymous, "put", bucket)
+
+
+def test_datasets_keep_every_version_of_a_key(server: str, keys: dict[str, str], provisioned: list[str]) -> None:
+    config = stack(STACK).config
+    tenant = config.tenants[1].name  # team-b: datasets without object lock
+    bucket = object_store.bucket_name(config, tenant, "datasets")
+    s3 = tenant_client(server, keys, tenant)
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+    first = s3.put_object(Bucket=bucket, Key="corpus/shard-0.jsonl", Body=b"v1")["VersionId"]
+    second = s3.put_object(Bucket=bucket, Key="corpus/shard-0.jsonl", Body=b"v2")["VersionId"]
+    versions = s3.list_object_versions(Bucket=bucket, Prefix="corpus/shard-0.jsonl")["Versions"]
+    print(f"\n{bucket}/corpus/shard-0.jsonl versions:", [(v["VersionId"], v["IsLatest"]) for v in versions])
+    assert {v["VersionId"] for v in versions} == {first, second}
+    assert s3.get_object(Bucket=bucket, Key="corpus/shard-0.jsonl", VersionId=first)["Body"].read() == b"v1"
+
+
+def test_lifecycle_and_object_lock_read_back_as_rendered(server: str, keys: dict[str, str], provisioned: list[str]) -> None:
+    config = stack(STACK).config
+    admin = client(server, keys[object_store.ADMIN.access_key.name], keys[object_store.ADMIN.secret_key.name])
+    for tenant in config.tenants:
+        for bucket in object_store.tenant_buckets(config, tenant):
+            if bucket["lifecycle"]:
+                got = admin.get_bucket_lifecycle_configuration(Bucket=bucket["name"])["Rules"]
+                print(f"\n{bucket['name']} lifecycle: {json.dumps(got, sort_keys=True)}")
+                assert sorted(got, key=lambda r: r["ID"]) == sorted(bucket["lifecycle"], key=lambda r: r["ID"])
+            if bucket["objectLock"]:
+                lock = admin.get_object_lock_configuration(Bucket=bucket["name"])["ObjectLockConfiguration"]
+                print(f"{bucket['name']} object lock: {lock}")
+                assert lock["Rule"]["DefaultRetention"] == {"Mode": bucket["objectLock"]["mode"],
+                                                            "Days": bucket["objectLock"]["days"]}
+
+
+def test_provisioning_a_second_time_changes_nothing_that_matters(provisioned: list[str]) -> None:
+    # Every bucket already exists on the second run: nothing is created again.
+    assert provisioned and not any("created" in line for line in provisioned), provisioned
