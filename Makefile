@@ -29,6 +29,10 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"
+	@# Pulumi starts the Python dynamic provider (components/generated.py) in the program directory
+	@# (`main: platform/`) and resolves Pulumi.yaml's `virtualenv: .venv` from there: this link makes
+	@# it find the project's venv (sdk/python/dist/pulumi-resource-pulumi-python, Pulumi v3.274.1).
+	ln -sfn ../.venv platform/.venv
 	@touch $@
 
 .PHONY: test

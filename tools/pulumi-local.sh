@@ -99,6 +99,9 @@ prepare_run_dir() {
   cp "$REPO/Pulumi.yaml" "$run/Pulumi.yaml"
   ln -sfn "$REPO/platform" "$run/platform"
   ln -sfn "$VENV" "$run/.venv"
+  # The Python dynamic provider starts in the program directory (REPO/platform, resolved) and looks
+  # for `virtualenv: .venv` there; `make setup` makes this link too (Makefile, setup).
+  [[ -e "$REPO/platform/.venv" ]] || ln -sfn ../.venv "$REPO/platform/.venv"
   if [[ ! -s "$STATE_DIR/passphrase" ]]; then
     if compgen -G "$STATE_DIR/.pulumi/stacks/*/*.json" >/dev/null; then
       die "$STATE_DIR holds stacks but its passphrase file is gone; reset with: rm -rf $STATE_DIR (see docs/rehearsal.md)"
