@@ -40,6 +40,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import rendered
+from tests.seaweedfs import until_ready, weed_binary, weed_mini
 from trainyard import catalog
 from trainyard.manifests import generated
 from trainyard.manifests import mlflow as mlflow_manifests
@@ -50,7 +51,6 @@ HERE = Path(__file__).parent
 TOOLS = Path(os.environ.get("TRAINYARD_TOOLS_DIR") or Path.home() / ".cache" / "trainyard" / "tools")
 APP_VERSION = catalog.release("mlflow", catalog.DEFAULT_VERSIONS["mlflow"]).app_version
 VENV_PYTHON = TOOLS / f"mlflow-{APP_VERSION}" / "bin" / "python"
-WEED = TOOLS / "bin" / "weed"
 STACK = "staging"
 LOG: list[str] = []
 
@@ -168,9 +168,10 @@ def _venv_python() -> Path:
 
 
 def _boto(endpoint: str, key: str, secret: str, code: str) -> str:
+    # str.__repr__: the generated secret's own repr hides it, and the script needs the value.
     script = ("import boto3,json,sys\n"
               f"s3 = boto3.client('s3', endpoint_url={endpoint!r}, aws_access_key_id={key!r}, "
-              f"aws_secret_access_key={secret!r}, region_name='us-east-1')\n" + code)
+              f"aws_secret_access_key={str.__repr__(secret)}, region_name='us-east-1')\n" + code)
     return subprocess.run([str(_venv_python()), "-c", script], check=True, capture_output=True, text=True).stdout
 
 
@@ -182,18 +183,18 @@ def s3(workdir: Path) -> Iterator[dict[str, str]]:
     values = next(r for r in store if r.component == "mlflow").values
     bucket = values["artifactRoot"]["s3"]["bucket"]
     key, secret = "MLFLOWSERVICE" + secrets.token_hex(4).upper(), _generated_value("object-store/mlflow/secret-key")
+    if weed_binary() is not None:
+        config = json.dumps({"identities": [{"name": "mlflow", "credentials": [
+            {"accessKey": key, "secretKey": secret}], "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]})
+        with weed_mini(workdir / "weed", config) as (endpoint, proc, log_file):
+            log(f"$ weed mini ... -> SeaweedFS (weed mini) on {endpoint}")
+            until_ready(lambda: _boto(endpoint, key, secret, f"s3.create_bucket(Bucket={bucket!r})"), proc, log_file)
+            log(f"  bucket {bucket} created with the mlflow service identity")
+            yield {"endpoint": endpoint, "key": key, "secret": secret, "bucket": bucket, "server": "SeaweedFS (weed mini)"}
+        return
     port = _free_port()
-    if WEED.is_file():
-        config = workdir / "s3.json"
-        config.write_text(json.dumps({"identities": [{"name": "mlflow", "credentials": [
-            {"accessKey": key, "secretKey": secret}], "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
-        command = [str(WEED), "mini", f"-dir={workdir / 'weed'}", "-ip=127.0.0.1", f"-s3.port={port}",
-                   f"-s3.config={config}"]
-        (workdir / "weed").mkdir()
-        server = "SeaweedFS (weed mini)"
-    else:
-        command = [str(python.parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)]
-        server = "moto_server (stopgap: SeaweedFS binary not built at " + str(WEED) + ")"
+    command = [str(python.parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)]
+    server = "moto_server (stopgap: the SeaweedFS binary is not built; `make tools`)"
     proc = subprocess.Popen(command, stdout=(workdir / "s3.log").open("wb"), stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{port}"
     try:

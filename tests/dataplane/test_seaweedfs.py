@@ -11,18 +11,13 @@ tenant, bucket and operation, what is allowed and what is refused, and prints th
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import needs_crds, rendered, stack
+from tests.seaweedfs import until_ready, weed_binary, weed_mini
 from trainyard.components.generated import generate
 from trainyard.config.object_store import PURPOSES
 from trainyard.manifests import object_store
@@ -36,18 +31,6 @@ from botocore.client import Config  # noqa: E402
 from botocore.exceptions import ClientError  # noqa: E402
 
 STACK = "local"
-
-
-def weed_binary() -> str | None:
-    tools = Path(os.environ.get("TRAINYARD_TOOLS_DIR", Path.home() / ".cache" / "trainyard" / "tools"))
-    candidate = tools / "bin" / "weed"
-    return str(candidate) if candidate.is_file() else shutil.which("weed")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def client(endpoint: str, access_key: str | None, secret_key: str | None) -> Any:
@@ -68,47 +51,18 @@ def keys() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, str]) -> Iterator[str]:
-    weed = weed_binary()
-    if weed is None:
+    if weed_binary() is None:
         pytest.skip("weed is not built (run `make tools` or tools/build.sh seaweedfs)")
     platform = rendered(STACK)
     identities = next(o for o in platform.all_objects if o["kind"] == "Secret"
                       and o["metadata"]["name"] == object_store.SEAWEEDFS_IDENTITIES_SECRET)
     work = tmp_path_factory.mktemp("seaweedfs")
-    config_file = work / "s3.json"
     # Exactly the rendered file, placeholders replaced by this run's keys.
-    config_file.write_text(substitute(identities["stringData"][object_store.SEAWEEDFS_IDENTITIES_KEY], keys))
-    config_file.chmod(0o600)
-    (work / "data").mkdir()
-    s3_port = free_port()
-    ports = {"master.port": free_port(), "volume.port": free_port(), "filer.port": free_port()}
-    args = [weed, "mini", f"-dir={work / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            f"-s3.port={s3_port}", f"-s3.config={config_file}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-            "-webdav=false", "-admin.ui=false", "-master.telemetry=false",
-            *(f"-{flag}={port}" for flag, port in ports.items()),
-            *(f"-{flag}.grpc={free_port()}" for flag in ports)]
-    log = (work / "weed.log").open("w")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=work)
-    endpoint = f"http://127.0.0.1:{s3_port}"
-    try:
+    with weed_mini(work, substitute(identities["stringData"][object_store.SEAWEEDFS_IDENTITIES_KEY], keys)) \
+            as (endpoint, proc, log):
         admin = client(endpoint, keys[object_store.ADMIN.access_key.name], keys[object_store.ADMIN.secret_key.name])
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                admin.list_buckets()
-                break
-            except Exception:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"weed did not come up:\n{(work / 'weed.log').read_text()[-3000:]}") from None
-                time.sleep(1)
+        until_ready(admin.list_buckets, proc, log)
         yield endpoint
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
     # The server's own log never shows a secret key (access key ids are identifiers, not secrets).
     server_log = (work / "weed.log").read_text(errors="replace")
     leaked = [name for name, value in keys.items() if name.endswith("secret-key") and value in server_log]
