@@ -8,6 +8,7 @@ ambient one.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Callable, Iterable
@@ -17,6 +18,16 @@ from typing import Any, TypeVar
 
 Manifest = dict[str, Any]
 T = TypeVar("T")
+
+
+# How long one kubectl call may take. Applying every CRD at once (KServe's and the GPU operator's are
+# large) took over 120 s on a 2-core machine at load 25; TRAINYARD_KUBECTL_TIMEOUT overrides it.
+def _kubectl_timeout() -> float:
+    raw = os.environ.get("TRAINYARD_KUBECTL_TIMEOUT", "")
+    return float(raw) if raw.replace(".", "", 1).isdigit() and float(raw) > 0 else 600.0
+
+
+KUBECTL_TIMEOUT = _kubectl_timeout()
 
 
 class KubeError(Exception):
@@ -29,7 +40,7 @@ class Kube:
     kubeconfig: Path
 
     def run(self, *args: str, stdin: str | None = None, check: bool = True,
-            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+            timeout: float = KUBECTL_TIMEOUT) -> subprocess.CompletedProcess[str]:
         command = [str(self.kubectl), "--kubeconfig", str(self.kubeconfig), *args]
         try:
             result = subprocess.run(command, input=stdin, capture_output=True, text=True,  # noqa: S603 - the built kubectl
