@@ -71,6 +71,10 @@ bench: setup ## Benchmarks (print figures; never part of the tests)
 	$(BIN)/python bench/bench_cli.py
 	@if [ -f bench/bench_diff.py ]; then $(BIN)/python bench/bench_diff.py; fi
 
+.PHONY: bench-admission
+bench-admission: cluster-up ## Admission benchmark on the rehearsal cluster: 1,000 TrainJobs vs batch Jobs (JOBS=N; prints figures)
+	$(BIN)/python bench/bench_admission.py --stack $(STACK) --jobs $(or $(JOBS),1000)
+
 ##@ Rehearsal cluster and the real engine
 
 .PHONY: tools
