@@ -1,4 +1,4 @@
-"""``trainyard cluster up|down|status|env|smoke`` and ``trainyard rehearse STACK SCENARIO...``.
+"""``trainyard cluster up|down|status|env|smoke|kubeconfig`` and ``trainyard rehearse STACK SCENARIO...``.
 
 Registered through ``trainyard.cli.EXTRA_COMMANDS``. Exit codes as everywhere in ``trainyard``:
 0 success, 1 a scenario's expectations (or the smoke test) not met, 2 bad input (stack, scenario,
@@ -49,6 +49,11 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.action == "smoke":
             return _smoke(rehearsal)
+        if args.action == "kubeconfig":
+            if not args.tenant:
+                raise UsageError("cluster kubeconfig needs --tenant NAME: a member of that tenant, nothing more")
+            print(rehearsal.tenant_kubeconfig(args.tenant))
+            return EXIT_OK
     except (ClusterError, KubeError, TimeoutError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -156,11 +161,13 @@ def _cmd_rehearse(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     help_text = "the rehearsal cluster: control plane, real Kueue/JobSet/Trainer, kwok and fake GPU nodes on 127.0.0.1"
     cluster = subparsers.add_parser("cluster", help=help_text, description=help_text)
-    cluster.add_argument("action", choices=["up", "down", "status", "env", "smoke"],
+    cluster.add_argument("action", choices=["up", "down", "status", "env", "smoke", "kubeconfig"],
                          help="up: start (idempotent); down: stop (webhooks removed first); status; env: variables; "
-                         "smoke: one TrainJob per tenant, admitted, placed on its pool and completed")
+                         "smoke: one TrainJob per tenant, admitted, placed on its pool and completed; "
+                         "kubeconfig --tenant T: print the path of a kubeconfig of a member of tenant T")
     cluster.add_argument("stack", metavar="STACK", nargs="?", help="stack whose pools and Kueue settings to use (default local)")
     cluster.add_argument("--purge", action="store_true", help="down: also delete the cluster's state directory")
+    cluster.add_argument("--tenant", metavar="NAME", help="kubeconfig: the tenant (a client certificate in its groups)")
     cluster.set_defaults(func=_cmd_cluster)
 
     help_text = "rehearse a stack on fake GPU nodes with the real controllers: run scenarios, print Kueue's decisions"
