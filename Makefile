@@ -96,6 +96,12 @@ down: setup ## `pulumi destroy` of the local stack (CRDs and namespaces stay), t
 	tools/pulumi-local.sh destroy local --yes --skip-preview
 	$(BIN)/trainyard cluster down
 
+.PHONY: up-kind down-kind
+up-kind: tools setup ## Where Docker exists: the stack on a kind cluster, charts from upstream registries, fake GPU nodes (kwok)
+	tools/kind-up.sh up $(STACK)
+down-kind: setup ## `pulumi destroy` on the kind cluster, stop its kwok, delete the cluster
+	tools/kind-up.sh down $(STACK)
+
 SCENARIOS ?= $(sort $(basename $(notdir $(wildcard scenarios/*.yaml))))
 .PHONY: rehearse
 rehearse: cluster-up ## Run scenarios (SCENARIOS=..., default all) on the rehearsal cluster and print Kueue's decisions

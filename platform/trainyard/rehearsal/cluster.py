@@ -468,17 +468,20 @@ class ControlPlane:
             "volumeBindingMode": "Immediate"}], field_manager="trainyard-cluster")
 
     def apply_nodes(self, nodes: list[Manifest]) -> None:
-        """Create Nodes, then write each one's status through the status subresource (create drops it)."""
-        kube = self.kube()
-        kube.apply(nodes, field_manager="trainyard-cluster")
-        for node in nodes:
-            status = node.get("status")
-            if not status:
-                continue
-            name = node["metadata"]["name"]
-            kube.patch("node", name, {"status": status}, subresource="status")
-            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []))
-            if ready:
-                # The TaintNodesByCondition admission plugin puts not-ready:NoSchedule on every new Node;
-                # no node lifecycle controller runs here to lift it once the (fake) Ready condition is set.
-                kube.run("taint", "node", name, "node.kubernetes.io/not-ready:NoSchedule-", check=False)
+        apply_nodes(self.kube(), nodes)
+
+
+def apply_nodes(kube: Kube, nodes: list[Manifest]) -> None:
+    """Create Nodes, then write each one's status through the status subresource (create drops it)."""
+    kube.apply(nodes, field_manager="trainyard-cluster")
+    for node in nodes:
+        status = node.get("status")
+        if not status:
+            continue
+        name = node["metadata"]["name"]
+        kube.patch("node", name, {"status": status}, subresource="status")
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []))
+        if ready:
+            # The TaintNodesByCondition admission plugin puts not-ready:NoSchedule on every new Node;
+            # no node lifecycle controller runs here to lift it once the (fake) Ready condition is set.
+            kube.run("taint", "node", name, "node.kubernetes.io/not-ready:NoSchedule-", check=False)
