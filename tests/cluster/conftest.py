@@ -21,6 +21,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from tests.conftest import CRDS_DIR, ROOT
 from trainyard.manifests.rehearsal import fake_nodes
 from trainyard.project import open_stack
 from trainyard.rehearsal.cluster import ControlPlane, Ports, Settings
+from trainyard.rehearsal.kube import wait_until
 from trainyard.rehearsal.session import Rehearsal
 
 TOOLS_DIR = Path(os.environ.get("TRAINYARD_TOOLS_DIR") or Path.home() / ".cache" / "trainyard" / "tools")
@@ -90,6 +92,15 @@ class Cluster:
 
     def get_json(self, *args: str) -> Any:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def wait_established(self, *crds: str, timeout: float = 120) -> None:
+        """Wait until each CRD is Established. Not `kubectl wait`: on a CRD whose status has no conditions
+        yet (right after its create, on a loaded machine) it fails with an accessor error instead of waiting."""
+        def established(name: str) -> bool:
+            conditions = (self.get_json("crd", name).get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+        for name in crds:
+            wait_until(f"CRD {name} to be established", partial(established, name), timeout)
 
 
 def private_env(state_dir: Path) -> dict[str, str]:

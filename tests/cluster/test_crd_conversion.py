@@ -36,8 +36,7 @@ def test_prods_kueue_crds_route_v1beta1_through_kueues_conversion_webhook(crd_cl
     kueue_crds = [c for c in rendered("prod").crds if c["spec"]["group"] == "kueue.x-k8s.io"]
     crd_cluster.kubectl("apply", "--server-side", "--field-manager=trainyard", "-f", "-",
                         stdin=yaml.safe_dump_all(kueue_crds))
-    crd_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                        *[f"crd/{c['metadata']['name']}" for c in kueue_crds])
+    crd_cluster.wait_established(*[c["metadata"]["name"] for c in kueue_crds])
     converted = {f"{plural}.kueue.x-k8s.io" for plural in catalog.KUEUE_CONVERTED_CRDS}
     for crd in kueue_crds:
         live = crd_cluster.get_json("crd", crd["metadata"]["name"])

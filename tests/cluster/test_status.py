@@ -50,9 +50,8 @@ def build_scenario(cluster: Cluster) -> None:
     """Kueue CRDs, the prod queues and tenant namespaces, three Workloads, and the statuses Kueue would write."""
     assert CRDS_DIR is not None
     cluster.kubectl("apply", "--server-side", "-f", str(CRDS_DIR / "kueue" / "v0.19.2"))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=120s",
-                    *(f"crd/{plural}.kueue.x-k8s.io" for plural in ("clusterqueues", "localqueues", "workloads",
-                                                                    "resourceflavors", "cohorts")))
+    cluster.wait_established(*(f"{plural}.kueue.x-k8s.io" for plural in ("clusterqueues", "localqueues", "workloads",
+                                                                         "resourceflavors", "cohorts")))
     platform = rendered("prod")
     objects = [o for o in platform.objects if o["kind"] in QUEUEING_KINDS]
     tenants = [o for t in TENANTS for o in platform.tenant_objects(t)]
