@@ -75,6 +75,10 @@ bench: setup ## Benchmarks (print figures; never part of the tests)
 	$(BIN)/python bench/bench_cli.py
 	@if [ -f bench/bench_diff.py ]; then $(BIN)/python bench/bench_diff.py; fi
 
+.PHONY: bench-admission
+bench-admission: cluster-up ## Admission benchmark on the rehearsal cluster: 1,000 TrainJobs vs batch Jobs (JOBS=N; prints figures)
+	$(BIN)/python bench/bench_admission.py --stack $(STACK) --jobs $(or $(JOBS),1000)
+
 ##@ Rehearsal cluster and the real engine
 
 .PHONY: tools
@@ -95,6 +99,12 @@ up: cluster-up ## The main job: `pulumi up` of the local stack on the rehearsal 
 down: setup ## `pulumi destroy` of the local stack (CRDs and namespaces stay), then stop the cluster: nothing keeps running
 	tools/pulumi-local.sh destroy local --yes --skip-preview
 	$(BIN)/trainyard cluster down
+
+.PHONY: up-kind down-kind
+up-kind: tools setup ## Where Docker exists: the stack on a kind cluster, charts from upstream registries, fake GPU nodes (kwok)
+	tools/kind-up.sh up $(STACK)
+down-kind: setup ## `pulumi destroy` on the kind cluster, stop its kwok, delete the cluster
+	tools/kind-up.sh down $(STACK)
 
 SCENARIOS ?= $(sort $(basename $(notdir $(wildcard scenarios/*.yaml))))
 .PHONY: rehearse

@@ -32,7 +32,7 @@ fi
 export GOTOOLCHAIN=local
 export CGO_ENABLED="${CGO_ENABLED:-0}"
 
-ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueue jobset trainer kwok seaweedfs)
+ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueue jobset trainer kwok seaweedfs kind)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
@@ -53,6 +53,7 @@ KUEUE_VERSION=v0.19.2
 JOBSET_VERSION=v0.12.0
 TRAINER_VERSION=v2.3.0
 KWOK_VERSION=v0.8.0
+KIND_VERSION=v0.33.0        # keep equal to trainyard.rehearsal.kind.KIND_VERSION (a test checks it)
 
 # tool_module TOOL -> module@version for tools built inside an upstream module (else nothing)
 tool_module() {
@@ -62,6 +63,7 @@ tool_module() {
     trainer) echo "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" ;;
     kwok) echo "sigs.k8s.io/kwok@$KWOK_VERSION" ;;
     seaweedfs) echo "$SEAWEEDFS_MODULE@$SEAWEEDFS_VERSION" ;;
+    kind) echo "sigs.k8s.io/kind@$KIND_VERSION" ;;
   esac
 }
 
@@ -99,6 +101,12 @@ tool_bins() {
     jobset) echo "jobset-controller ." ;;   # main.go at the module root (upstream Makefile: build main.go)
     trainer) echo "trainer-controller-manager ./cmd/trainer-controller-manager" ;;
     kwok) echo "kwok ./cmd/kwok" ;;
+    # kind's CLI (module root main.go) and our checker, which uses kind's internal config loader
+    # and so is built as a package of the kind module (prepare_kind adds it to a copy of the module).
+    kind)
+      echo "kind ."
+      echo "kind-config-check ./pkg/cmd/trainyard-kind-config-check"
+      ;;
     *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]})" >&2; return 2 ;;
   esac
 }
@@ -182,7 +190,9 @@ tool_stamp() {
     echo "flags=$(tool_buildflags "$t")"
     tool_bins "$t"
     [[ "$t" != seaweedfs ]] || echo "sum=$SEAWEEDFS_MODSUM"
-    if [[ -n "$m" ]]; then echo "module=$m share=$(tool_share "$t")"; else
+    if [[ -n "$m" ]]; then echo "module=$m share=$(tool_share "$t")"; fi
+    if [[ "$t" == kind ]]; then sha256sum "$TOOLS_SRC/kind-config-check/main.go" | cut -d' ' -f1; fi
+    if [[ -z "$m" ]]; then
     dir="$(tool_mod_dir "$t")"
     (cd "$dir" && find . -type f \( -name go.mod -o -name go.sum -o -name '*.go' -o -name '*.sh' \) \
         | LC_ALL=C sort | xargs sha256sum); fi
@@ -208,6 +218,7 @@ prepare() {
   case "$t" in
     pulumi-kubernetes) prepare_pulumi_kubernetes "$dir" ;;
     seaweedfs) prepare_module_zip "$SEAWEEDFS_MODULE" "$SEAWEEDFS_VERSION" "$SEAWEEDFS_MODSUM" ;;
+    kind) prepare_kind "$dir" ;;
     *) echo "$dir" ;;
   esac
 }
@@ -242,6 +253,18 @@ prepare_module_zip() {
     log "build.sh: $module@$version has sum '$sum', pinned '$want_sum'"; return 1
   fi
   echo "$dir"
+}
+
+# A copy of the kind module (the module cache is read-only) with tools/kind-config-check added as
+# pkg/cmd/trainyard-kind-config-check: Go lets only packages under sigs.k8s.io/kind/pkg import its internal config loader.
+prepare_kind() {
+  local src="$1" dst="$WORK_DIR/kind"
+  rm -rf "$dst"; mkdir -p "$dst"
+  (cd "$src" && tar -cf - .) | (cd "$dst" && tar -xf -)
+  chmod -R u+w "$dst"
+  mkdir -p "$dst/pkg/cmd/trainyard-kind-config-check"
+  cp "$TOOLS_SRC/kind-config-check/main.go" "$dst/pkg/cmd/trainyard-kind-config-check/main.go"
+  echo "$dst"
 }
 
 # ----------------------------------------------------------- post hooks

@@ -133,6 +133,11 @@ cluster_uid() { "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG" get namespace kube
 
 ensure_cluster() {
   local stack="$1"
+  # A cluster someone else runs (tools/kind-up.sh: kind) is used as it is.
+  if [[ "${TRAINYARD_CLUSTER_EXTERNAL:-}" == 1 ]]; then
+    log "==> cluster: external ($KUBECONFIG)"
+    return 0
+  fi
   if "$VENV/bin/trainyard" cluster status >/dev/null 2>&1; then
     log "==> cluster: up ($KUBECONFIG)"
     return 0

@@ -215,3 +215,21 @@ def test_chart_truth_timings(renderers: Renderers) -> None:
         truth(renderers, name, release_name)
     total = sum(_timings.values())
     print(f"\nchart truth: {len(_truths)} releases, {renderers.helm_runs} helm renders, {total:.1f}s")
+
+
+@pytest.mark.parametrize("stack_name", [s for s in STACKS if "trainer" not in stack(s).config.rehearsal.external_controllers])
+def test_the_sdk_version_configmap_trainyard_builds_equals_the_trainer_charts(renderers: Renderers, stack_name: str) -> None:
+    """``installs.trainer_public`` (what the rehearsal applies where it runs Trainer itself) is the chart's own three
+    objects: same names, namespace, data, rules, roleRef and subjects (labels differ: the chart's are Helm's)."""
+    from trainyard.manifests.installs import TRAINER_PUBLIC, trainer_public
+
+    release = next(r for r in rendered(stack_name).releases if r.component == "trainer")
+    chart = {(o["kind"], o["metadata"]["name"]): o for o in renderers(stack_name).render(release).objects}
+
+    def essence(obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        return {"kind": obj["kind"], "name": meta["name"], "namespace": meta.get("namespace", release.namespace),
+                **{k: obj[k] for k in ("data", "rules", "roleRef", "subjects") if k in obj}}
+
+    ours = trainer_public(stack(stack_name).config)
+    assert [essence(o) for o in ours] == [essence(chart[(o["kind"], TRAINER_PUBLIC)]) for o in ours]

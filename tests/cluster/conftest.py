@@ -147,3 +147,20 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
 @pytest.fixture(scope="session")
 def cluster(rehearsal: Rehearsal) -> Cluster:
     return Cluster(state_dir=rehearsal.settings.state_dir, env=rehearsal.env)
+
+
+@pytest.fixture(scope="module")
+def deployed_rehearsal(rehearsal: Rehearsal, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
+    """The session's cluster with the local stack deployed by the real engine (a Pulumi state, run dir and home of
+    the module's own); redeployed only when another module left a different rehearsal stack file deployed.
+    Every TrainJob is deleted before and after the module."""
+    base = tmp_path_factory.mktemp("engine")
+    env = {**rehearsal.env, "TRAINYARD_STATE_DIR": str(base / "state"), "TRAINYARD_RUN_DIR": str(base / "run"),
+           "TRAINYARD_PULUMI_HOME": str(base / "pulumi-home")}
+    session = Rehearsal(rehearsal.stack, rehearsal.settings, env=env)
+    session.up()  # a no-op unless an earlier test stopped part of it (it restarts Kueue if a scenario changed it)
+    run = session.deploy_if_changed()
+    assert run is None or run.returncode == 0, run.output[-4000:] if run else ""
+    session.reset_jobs()
+    yield session
+    session.reset_jobs()

@@ -27,22 +27,11 @@ def ordered_scenarios() -> list[Path]:
     return sorted(paths, key=lambda p: (bool(load_scenario(p).platform), p.name))
 
 
-@pytest.fixture(scope="module")
-def scenarios_rehearsal(rehearsal: Rehearsal, tmp_path_factory: pytest.TempPathFactory) -> Rehearsal:
-    """The session's cluster, with a Pulumi state, run dir and home of this module's own."""
-    base = tmp_path_factory.mktemp("scenarios-engine")
-    env = {**rehearsal.env, "TRAINYARD_STATE_DIR": str(base / "state"), "TRAINYARD_RUN_DIR": str(base / "run"),
-           "TRAINYARD_PULUMI_HOME": str(base / "pulumi-home")}
-    session = Rehearsal(rehearsal.stack, rehearsal.settings, env=env)
-    session.up()  # a no-op unless an earlier test stopped part of it
-    return session
-
-
 @pytest.mark.parametrize("path", ordered_scenarios(), ids=lambda p: p.stem)
-def test_scenario_meets_its_expectations(scenarios_rehearsal: Rehearsal, path: Path,
+def test_scenario_meets_its_expectations(deployed_rehearsal: Rehearsal, path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     scenario = load_scenario(path)
-    rehearsal = scenarios_rehearsal.with_overrides(scenario.platform)
+    rehearsal = deployed_rehearsal.with_overrides(scenario.platform)
     rehearsal.controllers.up()
     run = rehearsal.deploy_if_changed()
     assert run is None or run.returncode == 0, run.output[-4000:] if run else ""

@@ -140,3 +140,118 @@ def check_report(cluster: Cluster) -> None:
     data = json.loads(run_status(cluster, "--format", "json"))
     research = next(q for q in data["queues"] if q["name"] == "llm-research")
     assert [w["name"] for w in research["workloads"]] == ["sft-70b"]
+
+
+# ------------------------------------------------------------------ with the real Kueue's own decisions
+
+# Pinned to the A100 pool and long-running, so that the state holds while it is read: team-a fills its nominal 8,
+# team-b uses 4 of its 8, team-a borrows 4 of team-b's idle ones, and a last team-a job would need 8 borrowed
+# (its borrowing limit is 6): Kueue leaves it pending and says why.
+LIVE_JOBS = (("a-nominal", "team-a", 2), ("b-own", "team-b", 1), ("a-borrows", "team-a", 1), ("a-waits", "team-a", 1))
+
+
+def expected_from_workloads(workloads: list[dict[str, Any]], queues: list[dict[str, Any]],
+                            local_queues: list[dict[str, Any]]) -> dict[str, Any]:
+    """What `trainyard status` must say, computed from the Workloads alone (Kueue's admissions and conditions)."""
+    from trainyard.quantity import parse_quantity
+    from trainyard.review.status import is_pending
+
+    def condition(w: dict[str, Any], kind: str) -> dict[str, Any] | None:
+        return next((c for c in w.get("status", {}).get("conditions", []) if c["type"] == kind), None)
+
+    cluster_queue_of = {(q["metadata"]["namespace"], q["metadata"]["name"]): q["spec"]["clusterQueue"] for q in local_queues}
+    out: dict[str, Any] = {}
+    for queue in queues:
+        name = queue["metadata"]["name"]
+        usage: dict[tuple[str, str], float] = {}
+        for w in workloads:
+            admission = w.get("status", {}).get("admission")
+            finished = condition(w, "Finished")
+            if not admission or admission["clusterQueue"] != name or (finished and finished["status"] == "True"):
+                continue
+            for podset in admission["podSetAssignments"]:
+                for resource, flavor in podset["flavors"].items():
+                    used = parse_quantity(str(podset["resourceUsage"][resource]))
+                    usage[(flavor, resource)] = usage.get((flavor, resource), 0) + used
+        nominal = {(f["name"], r["name"]): parse_quantity(str(r["nominalQuota"]))
+                   for g in queue["spec"]["resourceGroups"] for f in g["flavors"] for r in f["resources"]}
+        pending = sorted((w for w in workloads if is_pending(w)
+                          and cluster_queue_of.get((w["metadata"]["namespace"], w["spec"]["queueName"])) == name),
+                         key=lambda w: (w["metadata"]["creationTimestamp"], w["metadata"]["name"]))
+        out[name] = {
+            "usage": {f"{k[0]}/{k[1]}": usage.get(k, 0) for k in nominal},
+            "borrowed": {f"{k[0]}/{k[1]}": max(0, usage.get(k, 0) - nominal[k]) for k in nominal},
+            "pending": [(w["metadata"]["name"], (condition(w, "QuotaReserved") or {}).get("reason"),
+                         (condition(w, "QuotaReserved") or {}).get("message")) for w in pending],
+        }
+    return out
+
+
+def reported(status: dict[str, Any]) -> dict[str, Any]:
+    from trainyard.quantity import parse_quantity
+
+    return {q["name"]: {
+        "usage": {f"{r['flavor']}/{r['resource']}": parse_quantity(r["usage"]) for r in q["resources"]},
+        "borrowed": {f"{r['flavor']}/{r['resource']}": parse_quantity(r["borrowed"]) for r in q["resources"]},
+        "pending": [(w["name"], w["reason"], w["message"]) for w in q["workloads"]],
+    } for q in status["queues"]}
+
+
+def test_status_agrees_with_the_real_kueues_decisions(deployed_rehearsal: Any) -> None:
+    import subprocess
+
+    from trainyard.rehearsal.kube import wait_until
+    from trainyard.rehearsal.scenario import Job
+
+    rehearsal = deployed_rehearsal
+    kubeconfig = str(rehearsal.settings.kubeconfig)
+
+    def status(*args: str) -> str:
+        result = subprocess.run([str(Path(sys.executable).parent / "trainyard"), "status", "local", "--kubeconfig",
+                                 kubeconfig, "--context", "trainyard-local", "--kubectl", str(BIN_DIR / "kubectl"), *args],
+                                capture_output=True, text=True, cwd=ROOT, env=rehearsal.env, check=False, timeout=120)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    try:
+        for name, tenant, nodes in LIVE_JOBS:
+            rehearsal.submit(Job(name=name, tenant=tenant, nodes=nodes, gpus_per_node=4, flavor="fake-a100",
+                                 run_for="10m"))
+            time.sleep(1.1)  # creation timestamps a second apart: "oldest first" is then decided by the server
+
+        def expectation() -> dict[str, Any]:
+            return expected_from_workloads(rehearsal.workloads(), rehearsal.kube.items("clusterqueues", None),
+                                           rehearsal.kube.items("localqueues.kueue.x-k8s.io"))
+
+        def settled() -> dict[str, Any] | None:
+            waiting = rehearsal_workloads(rehearsal, "a-waits")
+            if not waiting or is_pending_for_lack_of_decision(waiting[0]):
+                return None
+            expected = expectation()
+            return expected if expected == reported(json.loads(status("--format", "json", "--all-resources"))) else None
+
+        try:
+            expected = wait_until("trainyard status to agree with the Workloads", settled, 90, interval=2)
+        except TimeoutError:
+            pytest.fail(f"status disagrees with the Workloads:\nfrom the Workloads {expectation()}\n"
+                        f"reported {reported(json.loads(status('--format', 'json', '--all-resources')))}")
+        report = status()
+        print(f"\n## `trainyard status local` on the rehearsal cluster (the real Kueue)\n\n{report}")
+        assert expected["team-a"]["usage"]["fake-a100/nvidia.com/gpu"] == 12
+        assert expected["team-a"]["borrowed"]["fake-a100/nvidia.com/gpu"] == 4
+        assert expected["team-b"]["usage"]["fake-a100/nvidia.com/gpu"] == 4
+        assert [p[0] for p in expected["team-a"]["pending"]] == [w["metadata"]["name"]
+                                                                 for w in rehearsal_workloads(rehearsal, "a-waits")]
+        assert "a-waits" in report.split("## Pending workloads, oldest first", 1)[1]
+    finally:
+        rehearsal.reset_jobs()
+
+
+def is_pending_for_lack_of_decision(workload: dict[str, Any]) -> bool:
+    """Kueue has not looked at it yet (no QuotaReserved condition)."""
+    return not any(c["type"] == "QuotaReserved" for c in workload.get("status", {}).get("conditions", []))
+
+
+def rehearsal_workloads(rehearsal: Any, trainjob: str) -> list[dict[str, Any]]:
+    return [w for w in rehearsal.workloads()
+            if any(o["kind"] == "TrainJob" and o["name"] == trainjob for o in w["metadata"].get("ownerReferences", []))]

@@ -25,8 +25,20 @@ def test_tenant_role_creates_and_watches_trainjobs_but_never_touches_runtimes_qu
     granted = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
     assert {"create", "watch"} <= granted[("trainer.kubeflow.org", "trainjobs")]
     assert granted[("kueue.x-k8s.io", "workloads")] == {"get", "list", "watch"}
-    forbidden = {"clustertrainingruntimes", "trainingruntimes", "localqueues", "clusterqueues", "resourcequotas"}
-    assert not forbidden & {r for (_, r) in granted}
+    # It may read its runtimes and LocalQueue (the Kubeflow SDK lists runtimes), never change them.
+    platform_owned = {"clustertrainingruntimes", "trainingruntimes", "localqueues", "clusterqueues", "resourcequotas"}
+    assert all(verbs <= {"get", "list", "watch"} for (_, r), verbs in granted.items() if r in platform_owned)
+    assert not {"clusterqueues", "resourcequotas"} & {r for (_, r) in granted}
+
+
+def test_every_tenant_group_reads_the_approved_cluster_runtimes_and_nothing_else() -> None:
+    config = stack("prod").config
+    role, binding = tenants.runtime_reader(config)
+    assert role["kind"] == "ClusterRole"
+    assert role["rules"] == [{"apiGroups": ["trainer.kubeflow.org"], "resources": ["clustertrainingruntimes"],
+                              "verbs": ["get", "list", "watch"]}]
+    assert {s["name"] for s in binding["subjects"]} == {g for t in config.tenants for g in t.groups}
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
 
 
 def test_role_binding_binds_the_tenant_groups() -> None:

@@ -22,6 +22,9 @@ Policies (each bound to every namespace labelled ``trainyard.dev/tenant``):
 - ``trainyard-training-runtimes``: only tenants the stack allows create TrainingRuntimes. Tenants'
   RBAC already omits them; this holds for anyone else acting in a tenant namespace too.
 
+- ``trainyard-trainjob-initializer-env`` (a MutatingAdmissionPolicy): removes an empty
+  ``spec.initializer.{dataset,model}.env`` from a new TrainJob (see ``initializer_env_policy``).
+
 CEL is kept to plain comparisons, ``in``, ``exists``/``all`` and ``startsWith`` so that it reads
 like the rule it states. The values (registries, runtimes, tenants) are list literals rendered
 from the stack, so a change to them is a reviewed diff of the policy itself.
@@ -175,12 +178,47 @@ def policies(config: PlatformConfig) -> list[Manifest]:
             pod_image_policy(config), training_runtimes_policy(config)]
 
 
+INITIALIZER_ENV_POLICY = "trainyard-trainjob-initializer-env"
+
+
+def _drop_empty_env(initializer: str) -> str:
+    spec = f"object.spec.initializer.{initializer}"
+    return (f"(has(object.spec.initializer) && has({spec}) && has({spec}.env) && size({spec}.env) == 0 ? "
+            f'[JSONPatch{{op: "remove", path: "/spec/initializer/{initializer}/env"}}] : [])')
+
+
+def initializer_env_policy() -> list[Manifest]:
+    """A MutatingAdmissionPolicy that removes an empty ``env: []`` from a new TrainJob's initializers.
+
+    Why: the Kubeflow SDK 0.5.0 writes ``spec.initializer.dataset.env: []`` for an S3 or Hugging Face
+    dataset initializer given only a URI (Ref: kubeflow sdk kubeflow/trainer/backends/kubernetes/utils.py,
+    ``get_dataset_initializer``). Kueue v0.19.2 unsuspends an admitted TrainJob with a full Update in
+    Trainer v2.2.1's Go types, where ``env`` is ``omitempty``: the empty list is dropped, Trainer v2.3.0's
+    CEL rule on ``spec.initializer`` (``self == oldSelf``) refuses the Update ("spec.initializer: Invalid
+    value: field is immutable"), and the job holds its quota without ever starting. Seen on the
+    rehearsal (docs/rehearsal.md). Removing the empty list at creation changes nothing the job means.
+    Ref: https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/
+    """
+    rule = {**_rule(TRAINER_GROUP, TRAINER_VERSION, "trainjobs"), "operations": ["CREATE"]}
+    policy = {"apiVersion": API, "kind": "MutatingAdmissionPolicy", "metadata": metadata(INITIALIZER_ENV_POLICY),
+              "spec": {"failurePolicy": "Fail", "reinvocationPolicy": "Never",
+                       "matchConstraints": {"resourceRules": [rule]},
+                       "mutations": [{"patchType": "JSONPatch", "jsonPatch": {
+                           "expression": f"{_drop_empty_env('dataset')} + {_drop_empty_env('model')}"}}]}}
+    binding = {"apiVersion": API, "kind": "MutatingAdmissionPolicyBinding", "metadata": metadata(INITIALIZER_ENV_POLICY),
+               "spec": {"policyName": INITIALIZER_ENV_POLICY, "matchResources": {"namespaceSelector": {
+                   "matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]}}}}
+    return [policy, binding]
+
+
 def build(config: PlatformConfig) -> Concern:
-    """Admission: the ValidatingAdmissionPolicies that guard tenant namespaces, and their bindings."""
+    """Admission: the ValidatingAdmissionPolicies that guard tenant namespaces, and their bindings;
+    the MutatingAdmissionPolicy that keeps SDK-written TrainJobs startable under Kueue."""
     out: list[Manifest] = []
     if config.security.admission.enabled:
         for policy in policies(config):
             out += [policy, binding_for(policy)]
+        out += initializer_env_policy()
     return Concern("admission", objects=tuple(out))
 
 

@@ -151,6 +151,38 @@ def releases(config: PlatformConfig, lock: ImageLock | None = None) -> list[Char
     ]
 
 
+TRAINER_PUBLIC = "kubeflow-trainer-public"
+
+
+def trainer_public(config: PlatformConfig) -> list[Manifest]:
+    """The ConfigMap the Kubeflow SDK reads Trainer's version from, and the Role that lets every user read it.
+
+    The Trainer chart renders exactly these three objects in its namespace (Ref: kubeflow-trainer chart 2.3.0
+    templates/manager/public-configmap.yaml, templates/rbac/public_configmap_role{,_binding}.yaml; the
+    version is ``printf "v%s" .Chart.Version``). The SDK's ``TrainerClient()`` reads
+    ``kubeflow_trainer_version`` from it in ``$KUBEFLOW_SYSTEM_NAMESPACE`` (default ``kubeflow-system``) and
+    logs a warning when it cannot (Ref: kubeflow sdk 0.5.0 kubeflow/trainer/backends/kubernetes/backend.py,
+    ``verify_backend``). Where Trainer is not installed from the chart (the rehearsal runs it as a process),
+    whoever installs Trainer applies these instead: one source, and the chart-truth test checks that it
+    equals the chart's objects (name, namespace, data, rules, subjects).
+    """
+    namespace = catalog.release("trainer", config.versions.trainer).namespace
+    labels = {COMPONENT_LABEL: "trainer"}
+    return [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(TRAINER_PUBLIC, namespace=namespace, labels=labels),
+         "data": {"kubeflow_trainer_version": f"v{config.versions.trainer}"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": metadata(TRAINER_PUBLIC, namespace=namespace, labels=labels),
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [TRAINER_PUBLIC],
+                    "verbs": ["get", "list", "watch"]}]},
+        # Every authenticated user: it carries a version string and nothing else.
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": metadata(TRAINER_PUBLIC, namespace=namespace, labels=labels),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TRAINER_PUBLIC},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]},
+    ]
+
+
 def build(config: PlatformConfig, lock: ImageLock | None = None) -> Concern:
     """The controllers concern: the system namespaces of installed controllers and their chart releases."""
     return Concern("controllers", objects=tuple(namespaces(config)), releases=tuple(releases(config, lock)))

@@ -1,6 +1,8 @@
 """Tenants: a namespace per ML team, its queue, identity, permissions and quotas.
 
-A tenant may create and watch TrainJobs and read the Kueue Workloads and pods they make.
+A tenant may create and watch TrainJobs and read the Kueue Workloads and pods they make, its
+LocalQueue, and the approved runtimes (what the Kubeflow SDK's ``list_runtimes`` reads: the
+cluster's ClusterTrainingRuntimes and its namespace's TrainingRuntimes).
 It may not touch runtimes, queues or quotas: those are the platform team's, declared here.
 """
 
@@ -48,12 +50,37 @@ def role_for(tenant: Tenant) -> Manifest:
         "rules": [
             {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": [*read, "create", "delete"]},
             {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs/status"], "verbs": ["get"]},
-            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": read},
+            {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainingruntimes"], "verbs": read},
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": read},
             {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": read},
             {"apiGroups": [""], "resources": ["pods", "events"], "verbs": read},
             {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
         ],
     }
+
+
+RUNTIME_READER = "trainyard-tenant-runtimes"
+
+
+def runtime_reader(config: PlatformConfig) -> list[Manifest]:
+    """Read access to the approved ClusterTrainingRuntimes for every tenant group (they are cluster-scoped).
+
+    The Kubeflow SDK lists them for ``TrainerClient().list_runtimes()`` and reads one in ``train()``
+    (Ref: kubeflow sdk 0.5.0 kubeflow/trainer/backends/kubernetes/backend.py, list_runtimes/get_runtime);
+    without this a tenant's SDK fails before it submits anything. Only approved runtimes exist on the
+    cluster (``runtimes.approved``), so listing shows exactly those.
+    """
+    groups = sorted({g for t in config.tenants for g in t.groups})
+    if not groups:
+        return []
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": metadata(RUNTIME_READER),
+         "rules": [{"apiGroups": ["trainer.kubeflow.org"], "resources": ["clustertrainingruntimes"],
+                    "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": metadata(RUNTIME_READER),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": RUNTIME_READER},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in groups]},
+    ]
 
 
 def role_binding_for(tenant: Tenant, role: str = "trainyard-tenant") -> Manifest:
@@ -108,7 +135,7 @@ def resource_quota_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
 
 def build(config: PlatformConfig) -> Concern:
     """Tenants: each team's namespace and its access and quota objects."""
-    return Concern("tenants", tenant_objects={
+    return Concern("tenants", objects=tuple(runtime_reader(config)), tenant_objects={
         tenant.name: (
             namespace_for(tenant),
             service_account_for(tenant),

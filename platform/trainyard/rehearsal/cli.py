@@ -1,4 +1,4 @@
-"""``trainyard cluster up|down|status|env|smoke`` and ``trainyard rehearse STACK SCENARIO...``.
+"""``trainyard cluster up|down|status|env|smoke|kubeconfig`` and ``trainyard rehearse STACK SCENARIO...``.
 
 Registered through ``trainyard.cli.EXTRA_COMMANDS``. Exit codes as everywhere in ``trainyard``:
 0 success, 1 a scenario's expectations (or the smoke test) not met, 2 bad input (stack, scenario,
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from trainyard.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
 from trainyard.config.load import project_root
@@ -47,12 +48,19 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
         if args.action == "up":
             rehearsal.up()
             return EXIT_OK
-        if args.action == "smoke":
-            return _smoke(rehearsal)
+        if args.action in {"smoke", "kubeconfig"}:
+            return _smoke(rehearsal) if args.action == "smoke" else _tenant_kubeconfig(rehearsal, args.tenant)
     except (ClusterError, KubeError, TimeoutError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     raise UsageError(f"unknown action {args.action}")
+
+
+def _tenant_kubeconfig(rehearsal: Rehearsal, tenant: str | None) -> int:
+    if not tenant:
+        raise UsageError("cluster kubeconfig needs --tenant NAME: a member of that tenant, nothing more")
+    print(rehearsal.tenant_kubeconfig(tenant))
+    return EXIT_OK
 
 
 def _status(settings: Settings) -> int:
@@ -153,15 +161,52 @@ def _cmd_rehearse(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_kind(args: argparse.Namespace) -> int:
+    from trainyard.config import ConfigError
+    from trainyard.rehearsal.kind import kind_context, start_fake_nodes, write_kind_files
+
+    stack = open_stack(args.stack)
+    try:
+        config, files = write_kind_files(stack.path, Path(args.out))
+        if args.action == "config":
+            for path in files:
+                print(path)
+            print(f"# kind create cluster --config {files[0]}  (context {kind_context(config)}); "
+                  "then tools/kind-up.sh", file=sys.stderr)
+            return EXIT_OK
+        settings = Settings.from_env()
+        if args.action == "nodes":
+            count = start_fake_nodes(config, settings)
+            print(f"==> {count} fake GPU nodes on {settings.kubeconfig}, kept by kwok (pid {Processes(settings).pid('kwok')})")
+            return EXIT_OK
+        Processes(settings).stop("kwok")  # down
+        return EXIT_OK
+    except (ConfigError, ClusterError, KubeError, TimeoutError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     help_text = "the rehearsal cluster: control plane, real Kueue/JobSet/Trainer, kwok and fake GPU nodes on 127.0.0.1"
     cluster = subparsers.add_parser("cluster", help=help_text, description=help_text)
-    cluster.add_argument("action", choices=["up", "down", "status", "env", "smoke"],
+    cluster.add_argument("action", choices=["up", "down", "status", "env", "smoke", "kubeconfig"],
                          help="up: start (idempotent); down: stop (webhooks removed first); status; env: variables; "
-                         "smoke: one TrainJob per tenant, admitted, placed on its pool and completed")
+                         "smoke: one TrainJob per tenant, admitted, placed on its pool and completed; "
+                         "kubeconfig --tenant T: print the path of a kubeconfig of a member of tenant T")
     cluster.add_argument("stack", metavar="STACK", nargs="?", help="stack whose pools and Kueue settings to use (default local)")
     cluster.add_argument("--purge", action="store_true", help="down: also delete the cluster's state directory")
+    cluster.add_argument("--tenant", metavar="NAME", help="kubeconfig: the tenant (a client certificate in its groups)")
     cluster.set_defaults(func=_cmd_cluster)
+
+    help_text = ("write a kind cluster configuration and the stack's kind overlay (controllers from their charts, "
+                 "fake GPU pools) for `make up-kind` where Docker exists")
+    kind = subparsers.add_parser("kind", help=help_text, description=help_text)
+    kind.add_argument("action", choices=["config", "nodes", "down"],
+                      help="config: write the files; nodes: the fake GPU nodes and kwok on the cluster of "
+                      "$TRAINYARD_CLUSTER_DIR/kubeconfig (kind's); down: stop that kwok")
+    kind.add_argument("stack", metavar="STACK", help="stack name (prod = stacks/Pulumi.prod.yaml) or path")
+    kind.add_argument("--out", metavar="DIR", default="out/kind", help="directory for kind-cluster.yaml and the stack file")
+    kind.set_defaults(func=_cmd_kind)
 
     help_text = "rehearse a stack on fake GPU nodes with the real controllers: run scenarios, print Kueue's decisions"
     rehearse = subparsers.add_parser("rehearse", help=help_text, description=help_text)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import os
 import signal
 import socket
@@ -239,6 +240,16 @@ class Pki:
         for key in self.directory.glob("*.key"):
             key.chmod(0o600)
 
+    def issue_client(self, name: str, user: str, groups: tuple[str, ...]) -> None:
+        """A client certificate for ``user`` in ``groups``: the API server's x509 authenticator reads the
+        user from CN and the groups from O (Ref: https://kubernetes.io/docs/reference/access-authn-authz/authentication/#x509-client-certificates).
+        """
+        for value in (user, *groups):
+            if not value or any(c in value for c in "/=+,\\\n"):
+                raise ClusterError(f"{value!r} cannot be put in a certificate subject")
+        self._issue(name, "".join(f"/O={g}" for g in groups) + f"/CN={user}")
+        self.path(f"{name}.key").chmod(0o600)
+
     def _issue(self, name: str, subject: str, server: str | None = None) -> None:
         if self.path(f"{name}.crt").exists():
             return
@@ -321,6 +332,7 @@ SERVICE_IP = "10.96.0.1"  # first address of SERVICE_CIDR
 # No kubelets report here, so the node lifecycle controller would mark every applied Node
 # NotReady/unreachable after 40s (kwok's heartbeats keep them Ready, but only for nodes it manages).
 KCM_CONTROLLERS = "*,-node-lifecycle-controller"
+REHEARSAL_STORAGE_CLASS = "rehearsal-hostpath"
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
@@ -397,6 +409,11 @@ class ControlPlane:
             "--use-service-account-credentials=true", "--service-account-private-key-file", str(pki("sa.key")),
             "--root-ca-file", str(pki("ca.crt")), "--cluster-signing-cert-file", str(pki("ca.crt")),
             "--cluster-signing-key-file", str(pki("ca.key")), "--service-cluster-ip-range", SERVICE_CIDR,
+            # PVCs (a runtime's volumeClaimPolicies, e.g. lora-finetune's initializer volume) are bound by
+            # kube's own hostPath provisioner for the rehearsal StorageClass (apply_storage_class): a
+            # directory on this machine that no container ever writes (Ref: kubernetes
+            # cmd/kube-controller-manager/app/options "--enable-hostpath-provisioner", for testing only).
+            "--enable-hostpath-provisioner",
             "--profiling=false", "--v=1"], self.kcm_healthy, 60)
         # kwok never binds pods; kube-scheduler does, as kwokctl runs it
         # (Ref: kwok pkg/kwokctl/components/kube_scheduler.go).
@@ -408,6 +425,15 @@ class ControlPlane:
             "--authorization-kubeconfig", str(scheduler_kubeconfig), "--leader-elect=false",
             "--bind-address", HOST, "--secure-port", str(ports.scheduler), "--profiling=false", "--v=1"],
             self.scheduler_healthy, 60)
+
+    def user_kubeconfig(self, user: str, groups: tuple[str, ...], path: Path) -> Path:
+        """A kubeconfig that authenticates as ``user`` in ``groups`` (a client certificate of the cluster CA),
+        the way an identity provider's user reaches a real cluster: RBAC alone decides what it may do."""
+        name = f"user-{user}-" + hashlib.sha256("\n".join(groups).encode()).hexdigest()[:8]
+        self.pki.issue_client(name, user, groups)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_kubeconfig(path, self.server, self.pki, user, name)
+        return path
 
     def _start(self, name: str, port: int, args: list[str], ready: object, timeout: float,
                env: Mapping[str, str] | None = None) -> None:
@@ -432,18 +458,30 @@ class ControlPlane:
         for name in reversed(CONTROL_PLANE):
             self.processes.stop(name)
 
+    def apply_storage_class(self) -> None:
+        """The default StorageClass of the rehearsal: kube-controller-manager's hostPath provisioner."""
+        self.kube().apply([{
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": REHEARSAL_STORAGE_CLASS,
+                         "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            "provisioner": "kubernetes.io/host-path", "reclaimPolicy": "Delete",
+            "volumeBindingMode": "Immediate"}], field_manager="trainyard-cluster")
+
     def apply_nodes(self, nodes: list[Manifest]) -> None:
-        """Create Nodes, then write each one's status through the status subresource (create drops it)."""
-        kube = self.kube()
-        kube.apply(nodes, field_manager="trainyard-cluster")
-        for node in nodes:
-            status = node.get("status")
-            if not status:
-                continue
-            name = node["metadata"]["name"]
-            kube.patch("node", name, {"status": status}, subresource="status")
-            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []))
-            if ready:
-                # The TaintNodesByCondition admission plugin puts not-ready:NoSchedule on every new Node;
-                # no node lifecycle controller runs here to lift it once the (fake) Ready condition is set.
-                kube.run("taint", "node", name, "node.kubernetes.io/not-ready:NoSchedule-", check=False)
+        apply_nodes(self.kube(), nodes)
+
+
+def apply_nodes(kube: Kube, nodes: list[Manifest]) -> None:
+    """Create Nodes, then write each one's status through the status subresource (create drops it)."""
+    kube.apply(nodes, field_manager="trainyard-cluster")
+    for node in nodes:
+        status = node.get("status")
+        if not status:
+            continue
+        name = node["metadata"]["name"]
+        kube.patch("node", name, {"status": status}, subresource="status")
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []))
+        if ready:
+            # The TaintNodesByCondition admission plugin puts not-ready:NoSchedule on every new Node;
+            # no node lifecycle controller runs here to lift it once the (fake) Ready condition is set.
+            kube.run("taint", "node", name, "node.kubernetes.io/not-ready:NoSchedule-", check=False)

@@ -36,6 +36,7 @@ import yaml
 
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import crds as crd_source
+from trainyard.manifests import installs
 from trainyard.manifests import kueue as kueue_manifests
 from trainyard.rehearsal.cluster import HOST, ClusterError, Processes, Settings, http_ok, port_in_use
 from trainyard.rehearsal.kube import Kube, Manifest, wait_until
@@ -111,6 +112,17 @@ def trainer_configuration(settings: Settings) -> dict[str, Any]:
         "health": {"healthProbeBindAddress": f"{HOST}:{ports.trainer_health}"},
         "certManagement": {"enable": False},
     }
+
+
+def trainer_public_objects(config: PlatformConfig) -> list[Manifest]:
+    """What the Trainer chart would install for its clients (the SDK's version ConfigMap), with its namespace.
+
+    The rehearsal installs Trainer, so it applies them: ``installs.trainer_public``, the one source.
+    """
+    objects = installs.trainer_public(config)
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": objects[0]["metadata"]["namespace"], "labels": {REHEARSAL_LABEL: "controllers"}}}
+    return [namespace, *objects]
 
 
 @dataclass(frozen=True)
@@ -255,6 +267,7 @@ class Controllers:
             self._start(controller)
         for controller in controllers(self.config, self.settings):
             self.register(controller, ca_bundle)
+        self.kube.apply(trainer_public_objects(self.config), field_manager=FIELD_MANAGER)
 
     def _config_for(self, controller: Controller) -> dict[str, Any]:
         if controller.name == "kueue":

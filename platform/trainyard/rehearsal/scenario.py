@@ -19,6 +19,7 @@ A scenario is small reviewed YAML in ``scenarios/``::
         submit_after: 0s
         run_for: 60s                 # how long each pod "runs" on its fake node (kwok)
         never_ready: false           # pods stay Pending on their node (waitForPodsReady)
+        submitted_by: kubectl        # or sdk: the Kubeflow SDK as a member of the tenant
     expect:
       - job: low
         preempted: true
@@ -63,6 +64,13 @@ class Job(Model):
     submit_after: Duration = Field(default="0s", description="Delay from the scenario's start.")
     run_for: Duration = Field(default="10s", description="How long each pod runs once Ready (kwok pod-complete delay).")
     never_ready: bool = Field(default=False, description="Pods never become Ready (for waitForPodsReady).")
+    dataset: str | None = Field(default=None, pattern=r"^s3://[a-z0-9][a-z0-9.-]*/.+",
+                                description="s3:// URI of the dataset (spec.initializer.dataset.storageUri; no key).")
+    model: str | None = Field(default=None, pattern=r"^s3://[a-z0-9][a-z0-9.-]*/.+",
+                              description="s3:// URI of the base model (spec.initializer.model.storageUri; no key).")
+    submitted_by: Literal["kubectl", "sdk"] = Field(
+        default="kubectl", description="kubectl: the rehearsal's TrainJob, as admin. sdk: the Kubeflow SDK run as a "
+        "member of the tenant (its own certificate, the tenant's RBAC), no queue label (Kueue defaults it).")
 
 
 class Expectation(Model):

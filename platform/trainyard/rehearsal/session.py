@@ -20,7 +20,8 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
@@ -34,6 +35,9 @@ from trainyard.rehearsal.kwok import NEVER_READY_ANNOTATION, RUN_FOR_ANNOTATION,
 from trainyard.rehearsal.report import Observer, check, table
 from trainyard.rehearsal.scenario import Job, Scenario, seconds
 from trainyard.rehearsal.stack import write_rehearsal_stack
+
+if TYPE_CHECKING:
+    from trainyard.rehearsal.sdk import TenantSdk
 
 # The runtimePatches manager the rehearsal's own pod settings go under (Kueue writes kueue.x-k8s.io/manager).
 PATCH_MANAGER = "trainyard.dev/rehearsal"
@@ -80,6 +84,7 @@ class Rehearsal:
         self.kwok.up()
         self.controllers.up()
         nodes = fake_nodes(self.config, every_pool=True)
+        self.control_plane.apply_storage_class()
         self.control_plane.apply_nodes(nodes)
         self._wait_nodes_ready([n["metadata"]["name"] for n in nodes])
         print(f"==> rehearsal cluster up in {time.monotonic() - start:.0f}s: {self.control_plane.server}, "
@@ -192,11 +197,34 @@ class Rehearsal:
     def trainjob(self, job: Job) -> Manifest:
         return trainjob_for(self.config, job)
 
-    def submit(self, job: Job) -> Manifest:
-        return self.kube.create(self.trainjob(job))
+    def submit(self, job: Job) -> None:
+        if job.submitted_by == "sdk":
+            self.tenant_sdk(job.tenant).submit(self.config, job)
+        else:
+            self.kube.create(self.trainjob(job))
+
+    def tenant_sdk(self, tenant: str) -> TenantSdk:
+        """The Kubeflow SDK as a member of ``tenant`` (one client per tenant, made on first use)."""
+        from trainyard.rehearsal.sdk import TenantSdk
+
+        clients: dict[str, TenantSdk] = self.__dict__.setdefault("_sdk_clients", {})
+        if tenant not in clients:
+            clients[tenant] = TenantSdk(self.tenant_kubeconfig(tenant), self.namespace_of(tenant))
+        return clients[tenant]
 
     def namespace_of(self, tenant: str) -> str:
         return next(t.namespace_name for t in self.config.tenants if t.name == tenant)
+
+    def tenant_kubeconfig(self, tenant: str, user: str | None = None) -> Path:
+        """A kubeconfig for a member of ``tenant``: a user in the tenant's groups, nothing more (no impersonation,
+        no admin rights), so its tools (kubectl, the Kubeflow SDK) meet exactly the tenant's RBAC."""
+        found = next((t for t in self.config.tenants if t.name == tenant), None)
+        if found is None:
+            raise ClusterError(f"tenant {tenant!r} is not in the stack ({', '.join(t.name for t in self.config.tenants)})")
+        if not found.groups:
+            raise ClusterError(f"tenant {tenant!r} binds no groups (tenants[].groups): no user can act as it")
+        user = user or f"{tenant}-member"
+        return self.control_plane.user_kubeconfig(user, found.groups, self.settings.state_dir / "tenants" / f"{user}.kubeconfig")
 
     def workloads(self, namespace: str | None = "*") -> list[Manifest]:
         return self.kube.items("workloads.kueue.x-k8s.io", namespace)
@@ -283,11 +311,13 @@ def trainjob_for(config: PlatformConfig, job: Job) -> Manifest:
     pod_template: dict[str, Any] = {"metadata": {"annotations": annotations}}
     if pod_spec:
         pod_template["spec"] = pod_spec
+    initializer = {key: {"storageUri": uri} for key, uri in (("dataset", job.dataset), ("model", job.model)) if uri}
     return {
         "apiVersion": catalog.TRAINER_API,
         "kind": "TrainJob",
         "metadata": {"name": job.name, "namespace": tenant.namespace_name, "labels": labels},
         "spec": {
+            **({"initializer": initializer} if initializer else {}),
             "runtimeRef": {"name": job.runtime},
             "trainer": {"numNodes": job.nodes, "resourcesPerNode": {"requests": resources, "limits": resources}},
             # Ref: trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go (RuntimePatch)
