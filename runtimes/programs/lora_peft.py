@@ -34,6 +34,7 @@ takes nodes, ranks and the rendezvous from the PET_* environment Trainer sets.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import io
 import json
@@ -224,7 +225,7 @@ class Store:
             return bytes(self.s3.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"].read())
         return (self.root / key).read_bytes()
 
-    def keys(self) -> list[str]:
+    def list_keys(self) -> list[str]:
         if hasattr(self, "s3"):
             out: list[str] = []
             for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix):
@@ -309,7 +310,7 @@ def step_dir(step: int) -> str:
 def complete_checkpoints(store: Store) -> dict[int, dict[str, Any]]:
     """Step -> manifest, for every checkpoint whose manifest exists (it is written last)."""
     out = {}
-    for key in store.keys():
+    for key in store.list_keys():
         parts = key.split("/")
         if len(parts) == 2 and parts[1] == CHECKPOINT_MANIFEST and parts[0].startswith("step-"):
             manifest = json.loads(store.get(key))
@@ -350,6 +351,7 @@ class Trainer:
     store: Store
     losses: list[float] = field(default_factory=list)
     step: int = 0
+    resumed: int | None = None
 
     def peft_model(self) -> Any:
         return self.model.module if hasattr(self.model, "module") else self.model
@@ -395,7 +397,7 @@ class Trainer:
         complete = complete_checkpoints(self.store)
         keep = {step_dir(s) for s in sorted(complete)[-self.places.keep_checkpoints:]}
         newest = max(complete)
-        stale = [k for k in self.store.keys() if k.split("/")[0].startswith("step-") and k.split("/")[0] not in keep
+        stale = [k for k in self.store.list_keys() if k.split("/")[0].startswith("step-") and k.split("/")[0] not in keep
                  and (int(k.split("/")[0][5:]) in complete or int(k.split("/")[0][5:]) < newest)]
         # Manifests first: a checkpoint half deleted is then an incomplete one, never a corrupt "complete" one.
         manifests = [k for k in stale if k.endswith("/" + CHECKPOINT_MANIFEST)]
@@ -461,9 +463,10 @@ def provenance_tags(settings: Settings, places: Places, dataset_source: str, mod
         "trainyard.code.program_sha256": sha256_hex(program),
         "trainyard.runtime.name": env("TRAINYARD_RUNTIME_NAME", "unrecorded"),
         "trainyard.runtime.image": env("TRAINYARD_RUNTIME_IMAGE", "unrecorded"),
-        "trainyard.kueue.workload": env("TRAINYARD_KUEUE_WORKLOAD", "unrecorded"),
-        "trainyard.kueue.flavor": env("TRAINYARD_KUEUE_FLAVOR", "unrecorded"),
-        "trainyard.kueue.queue": env("TRAINYARD_KUEUE_QUEUE", "unrecorded"),
+        # Empty where the pod has no such annotation or label (the downward API then gives "").
+        "trainyard.kueue.workload": env("TRAINYARD_KUEUE_WORKLOAD") or "unrecorded",
+        "trainyard.kueue.flavor": env("TRAINYARD_KUEUE_FLAVOR") or "unrecorded",
+        "trainyard.kueue.queue": env("TRAINYARD_KUEUE_QUEUE") or "unrecorded",
     }
 
 
@@ -482,6 +485,15 @@ def open_run(places: Places, tags: dict[str, str], settings: Settings) -> tuple[
     if not continued:
         mlflow.log_params({k: str(v) for k, v in asdict(settings).items()})
     return mlflow, run.info.run_id, continued
+
+
+def start_tracking(places: Places, tags: dict[str, str], settings: Settings) -> Any:
+    """The mlflow module with the TrainJob's run active; counts the attempt."""
+    mlflow, run_id, continued = open_run(places, tags, settings)
+    say(0, f"MLflow run {run_id} ({'continued' if continued else 'new'}) in {places.experiment}")
+    attempts = int(mlflow.get_run(run_id).data.tags.get("trainyard.attempts", "0")) + 1
+    mlflow.set_tag("trainyard.attempts", str(attempts))
+    return mlflow
 
 
 def upload_dir(uri: str, local: Path) -> None:
@@ -529,23 +541,8 @@ def batches(trainer: Trainer, ids: torch.Tensor, mask: torch.Tensor, step: int,
         yield ids[rows].to(device), mask[rows].to(device)
 
 
-def run(argv: list[str]) -> int:
-    settings, places = parse_args(argv)
-    world, rank = int(env("WORLD_SIZE", "1")), int(env("RANK", "0"))
-    local_rank = int(env("LOCAL_RANK", "0"))
-    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
-    if world > 1:
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    if device.type == "cpu" and settings.precision == "fp16":
-        raise LabError("--precision fp16 needs a GPU; use fp32 or bf16 on CPU")
-
-    stop = {"requested": False}
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        stop["requested"] = True  # finish the current optimizer step, checkpoint, exit
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-
+def inputs(settings: Settings, places: Places, world: int, local_rank: int) -> tuple[Path, str, str]:
+    """The pinned dataset file (one process per node fetches it), how it got there, and the base model's digest."""
     if local_rank == 0:
         dataset_path, dataset_source = materialise_dataset(settings, places.dataset_dir)
     if world > 1:
@@ -556,71 +553,95 @@ def run(argv: list[str]) -> int:
     if settings.base_model_revision.startswith("sha256:") and settings.base_model_revision != model_digest:
         raise LabError(f"{places.model_dir}: content {model_digest} is not the approved revision "
                        f"{settings.base_model_revision} of {settings.base_model_uri}")
+    return dataset_path, dataset_source, model_digest
 
+
+def optimizer_step(trainer: Trainer, ids: torch.Tensor, mask: torch.Tensor, device: torch.device) -> float:
+    """One optimizer step over ``grad_accumulation`` micro-batches; the mean loss over all ranks."""
+    s, model, scaler = trainer.settings, trainer.model, trainer.scaler
+    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(s.precision)
+    total = torch.zeros((), device=device)
+    for micro, (x, m) in enumerate(batches(trainer, ids, mask, trainer.step, device)):
+        labels = x.masked_fill(m == 0, -100)
+        # DDP all-reduces gradients on the last micro-batch only.
+        last = trainer.world == 1 or micro == s.grad_accumulation - 1
+        with model.no_sync() if not last else contextlib.nullcontext(), \
+                torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+            loss = model(input_ids=x, attention_mask=m, labels=labels).loss / s.grad_accumulation
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        total += loss.detach()
+    if scaler is not None:
+        scaler.unscale_(trainer.optimizer)
+    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], s.max_grad_norm)
+    if scaler is not None:
+        scaler.step(trainer.optimizer)
+        scaler.update()
+    else:
+        trainer.optimizer.step()
+    trainer.scheduler.step()
+    trainer.optimizer.zero_grad(set_to_none=True)
+    if trainer.world > 1:
+        dist.all_reduce(total)
+        total /= trainer.world
+    return float(total)
+
+
+def setup(settings: Settings, places: Places, rank: int, world: int, local_rank: int,
+          device: torch.device) -> tuple[Trainer, Any, torch.Tensor, torch.Tensor, dict[str, str]]:
+    dataset_path, dataset_source, model_digest = inputs(settings, places, world, local_rank)
     random.seed(settings.seed)
     torch.manual_seed(settings.seed)
     model, tokenizer = build_model(settings, places, device)
     ids, mask = load_examples(dataset_path, tokenizer, settings.seq_len)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=settings.learning_rate, weight_decay=settings.weight_decay)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=settings.learning_rate,
+                                  weight_decay=settings.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(settings))
     scaler = torch.amp.GradScaler("cuda") if settings.precision == "fp16" else None
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda" else None)
     trainer = Trainer(settings, places, model, optimizer, scheduler, scaler, rank, world, Store(places.checkpoint_uri))
-
-    resumed = trainer.resume()
-    say(rank, f"resumed from checkpoint step {resumed} at {trainer.store.uri}" if resumed is not None
+    trainer.resumed = trainer.resume()
+    say(rank, f"resumed from checkpoint step {trainer.resumed} at {trainer.store.uri}" if trainer.resumed is not None
         else f"no complete checkpoint at {trainer.store.uri}; starting at step 0")
     say(rank, f"dataset {settings.dataset_uri} version {settings.dataset_version} {settings.dataset_digest} "
               f"({dataset_source}); base model {settings.base_model_uri} {model_digest}")
+    return trainer, tokenizer, ids, mask, provenance_tags(settings, places, dataset_source, model_digest)
 
-    mlflow: Any = None
-    tags = provenance_tags(settings, places, dataset_source, model_digest)
-    if rank == 0 and env("MLFLOW_TRACKING_URI"):
-        mlflow, run_id, continued = open_run(places, tags, settings)
-        say(rank, f"MLflow run {run_id} ({'continued' if continued else 'new'}) in {places.experiment}")
-        mlflow.set_tag("trainyard.attempts", str(int(mlflow.get_run(run_id).data.tags.get("trainyard.attempts", "0")) + 1))
 
-    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(settings.precision)
+def run(argv: list[str]) -> int:
+    settings, places = parse_args(argv)
+    world, rank = int(env("WORLD_SIZE", "1")), int(env("RANK", "0"))
+    local_rank = int(env("LOCAL_RANK", "0"))
+    device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    if device.type == "cpu" and settings.precision == "fp16":
+        raise LabError("--precision fp16 needs a GPU; use fp32 or bf16 on CPU")
+    if world > 1:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    stop = {"requested": False}
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        stop["requested"] = True  # finish the current optimizer step, checkpoint, exit
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    trainer, tokenizer, ids, mask, tags = setup(settings, places, rank, world, local_rank, device)
+
+    mlflow = start_tracking(places, tags, settings) if rank == 0 and env("MLFLOW_TRACKING_URI") else None
+
     tokens_per_step = settings.micro_batch_size * settings.grad_accumulation * world * settings.seq_len
-    model.train()
+    trainer.model.train()
     while trainer.step < settings.max_steps:
         started = time.perf_counter()
-        total = torch.zeros((), device=device)
-        for micro, (x, m) in enumerate(batches(trainer, ids, mask, trainer.step, device)):
-            labels = x.masked_fill(m == 0, -100)
-            sync = world == 1 or micro == settings.grad_accumulation - 1
-            context = model.no_sync() if not sync else _nullcontext()
-            with context, torch.autocast(device.type, dtype=autocast_dtype or torch.float32,
-                                         enabled=autocast_dtype is not None):
-                loss = model(input_ids=x, attention_mask=m, labels=labels).loss / settings.grad_accumulation
-            (scaler.scale(loss) if scaler is not None else loss).backward()
-            total += loss.detach()
-        if scaler is not None:
-            scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(trainable, settings.max_grad_norm)
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        if world > 1:
-            dist.all_reduce(total)
-            total /= world
+        loss = optimizer_step(trainer, ids, mask, device)
         trainer.step += 1
-        trainer.losses.append(float(total))
-        seconds = time.perf_counter() - started
-        say(rank, f"step {trainer.step}/{settings.max_steps} loss {trainer.losses[-1]:.6f}")
+        trainer.losses.append(loss)
+        say(rank, f"step {trainer.step}/{settings.max_steps} loss {loss:.6f}")
         if mlflow is not None:
-            mlflow.log_metrics({"loss": trainer.losses[-1], "learning_rate": scheduler.get_last_lr()[0],
-                                "tokens_per_second": tokens_per_step / seconds}, step=trainer.step)
+            mlflow.log_metrics({"loss": loss, "learning_rate": trainer.scheduler.get_last_lr()[0],
+                                "tokens_per_second": tokens_per_step / (time.perf_counter() - started)}, step=trainer.step)
         if places.pause_after_step:
             time.sleep(places.pause_after_step)
         flag = torch.tensor([1.0 if stop["requested"] else 0.0], device=device)
-        if world > 1:
+        if world > 1:  # every rank stops at the same step, or the collective calls of the checkpoint hang
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if flag.item() > 0:
             trainer.save_checkpoint("SIGTERM")
@@ -631,7 +652,7 @@ def run(argv: list[str]) -> int:
         if trainer.step % places.checkpoint_every == 0 and trainer.step < settings.max_steps:
             trainer.save_checkpoint("periodic")
 
-    if resumed != settings.max_steps:
+    if trainer.resumed != settings.max_steps:
         trainer.save_checkpoint("final")
     if rank == 0:
         finish(trainer, tokenizer, mlflow, tags)
@@ -639,14 +660,6 @@ def run(argv: list[str]) -> int:
         dist.barrier()
         dist.destroy_process_group()
     return 0
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def finish(trainer: Trainer, tokenizer: Any, mlflow: Any, tags: dict[str, str]) -> None:

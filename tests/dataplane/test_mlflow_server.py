@@ -50,7 +50,8 @@ HERE = Path(__file__).parent
 TOOLS = Path(os.environ.get("TRAINYARD_TOOLS_DIR") or Path.home() / ".cache" / "trainyard" / "tools")
 APP_VERSION = catalog.release("mlflow", catalog.DEFAULT_VERSIONS["mlflow"]).app_version
 VENV_PYTHON = TOOLS / f"mlflow-{APP_VERSION}" / "bin" / "python"
-WEED = TOOLS / "bin" / "weed"
+# TRAINYARD_WEED: a weed binary built elsewhere (default: the one tools/build.sh seaweedfs caches).
+WEED = Path(os.environ.get("TRAINYARD_WEED") or TOOLS / "bin" / "weed")
 STACK = "staging"
 LOG: list[str] = []
 

@@ -78,7 +78,7 @@ def upload(local: str, uri: str) -> dict[str, Any]:
 def download(uri: str, local: str) -> dict[str, Any]:
     """What Trainer's S3 initializers and KServe's storage initializer do: every object under the prefix (current versions)."""
     store = program().Store(uri)
-    keys = sorted(store.keys())
+    keys = sorted(store.list_keys())
     for key in keys:
         target = Path(local) / key
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -87,7 +87,7 @@ def download(uri: str, local: str) -> dict[str, Any]:
 
 
 def list_keys(uri: str) -> dict[str, Any]:
-    return {"keys": sorted(program().Store(uri).keys())}
+    return {"keys": sorted(program().Store(uri).list_keys())}
 
 
 def put_object(uri: str, data: str) -> dict[str, Any]:

@@ -468,6 +468,9 @@ class Runtimes(Model):
         min_length=1, description="Image prefixes allowed in runtimes and tenant workloads (e.g. 'registry.example.com/ml/')."
     )
     topology: TopologyRequest | None = Field(default=None, description="Topology annotation added to the runtimes' GPU pods.")
+    checkpoints_keep: int = Field(
+        default=2, ge=1, description="Complete checkpoints a run keeps (TRAINYARD_CHECKPOINT_KEEP); older ones are deleted "
+        "by the program, and what is left expires with the checkpoints bucket's lifecycle.")
 
 
 class Images(Model):
@@ -508,6 +511,7 @@ class Rehearsal(Model):
 
 
 # security.py, multikueue.py, mlflow.py and monitoring.py build on Model and the name types above, so they are imported here.
+from trainyard.config.lineage import Lineage  # noqa: E402
 from trainyard.config.mlflow import Mlflow  # noqa: E402
 from trainyard.config.monitoring import Monitoring  # noqa: E402
 from trainyard.config.multikueue import MultiKueue  # noqa: E402
@@ -539,6 +543,7 @@ class PlatformConfig(Model):
     multikueue: MultiKueue | None = Field(
         default=None, description="MultiKueue role of this cluster (manager or worker); none = a single cluster.")
     mlflow: Mlflow = Field(default=Mlflow(), description="MLflow tracking server and model registry.")
+    lineage: Lineage = Field(default=Lineage(), description="Approved datasets and base models TrainJobs may initialise from.")
 
     def pool(self, name: str) -> GpuPool:
         return next(p for p in self.gpu_pools if p.name == name)
@@ -628,6 +633,15 @@ class PlatformConfig(Model):
                     f"level {self.runtimes.topology.level!r} is not a topology level"
                     + ("" if self.topology else " (the stack defines no topology)"),
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _lineage_tenants_exist(self) -> PlatformConfig:
+        names = {t.name for t in self.tenants}
+        for tenant in self.lineage.tenants:
+            if tenant not in names:
+                raise FieldError(("lineage", "tenants", tenant), f"{tenant!r} is not a tenant of this stack "
+                                                                 f"({', '.join(sorted(names))})")
         return self
 
     @model_validator(mode="after")

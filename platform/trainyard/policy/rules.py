@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from trainyard.policy import exposure, mlflow, queueing, stackwide, supply, tenancy, trainjobs, workloads
+from trainyard.policy import exposure, lineage, mlflow, queueing, stackwide, supply, tenancy, trainjobs, workloads
 from trainyard.policy.model import Rule
 
-RULES: tuple[Rule, ...] = (*workloads.RULES, *trainjobs.RULES, *mlflow.RULES, *tenancy.RULES, *exposure.RULES,
+RULES: tuple[Rule, ...] = (*workloads.RULES, *trainjobs.RULES, *lineage.RULES, *mlflow.RULES, *tenancy.RULES, *exposure.RULES,
                            *queueing.RULES, *stackwide.RULES, *supply.RULES)
 RULE_IDS = frozenset(rule.id for rule in RULES)
 RULES_BY_ID = {rule.id: rule for rule in RULES}
