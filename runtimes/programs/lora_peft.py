@@ -496,6 +496,21 @@ def start_tracking(places: Places, tags: dict[str, str], settings: Settings) -> 
     return mlflow
 
 
+def flush_metrics(mlflow: Any, pending: list[tuple[int, dict[str, float]]]) -> None:
+    """Log the pending steps' metrics in one request (one per 1000 values, MLflow's log_batch limit)."""
+    if mlflow is None or not pending:
+        pending.clear()
+        return
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    metrics = [Metric(key, value, now, step) for step, values in pending for key, value in values.items()]
+    client, run_id = mlflow.MlflowClient(), mlflow.active_run().info.run_id
+    for start in range(0, len(metrics), 1000):
+        client.log_batch(run_id, metrics=metrics[start:start + 1000])
+    pending.clear()
+
+
 def upload_dir(uri: str, local: Path) -> None:
     store = Store(uri)
     for path in sorted(local.rglob("*")):
@@ -627,6 +642,9 @@ def run(argv: list[str]) -> int:
 
     mlflow = start_tracking(places, tags, settings) if rank == 0 and env("MLFLOW_TRACKING_URI") else None
 
+    # Metrics of the steps since the last checkpoint; logged when the next one is complete, so the run's
+    # history holds each step once even when an attempt dies between checkpoints and its successor redoes them.
+    pending: list[tuple[int, dict[str, float]]] = []
     tokens_per_step = settings.micro_batch_size * settings.grad_accumulation * world * settings.seq_len
     trainer.model.train()
     while trainer.step < settings.max_steps:
@@ -635,9 +653,8 @@ def run(argv: list[str]) -> int:
         trainer.step += 1
         trainer.losses.append(loss)
         say(rank, f"step {trainer.step}/{settings.max_steps} loss {loss:.6f}")
-        if mlflow is not None:
-            mlflow.log_metrics({"loss": loss, "learning_rate": trainer.scheduler.get_last_lr()[0],
-                                "tokens_per_second": tokens_per_step / (time.perf_counter() - started)}, step=trainer.step)
+        pending.append((trainer.step, {"loss": loss, "learning_rate": trainer.scheduler.get_last_lr()[0],
+                                       "tokens_per_second": tokens_per_step / (time.perf_counter() - started)}))
         if places.pause_after_step:
             time.sleep(places.pause_after_step)
         flag = torch.tensor([1.0 if stop["requested"] else 0.0], device=device)
@@ -645,15 +662,18 @@ def run(argv: list[str]) -> int:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if flag.item() > 0:
             trainer.save_checkpoint("SIGTERM")
+            flush_metrics(mlflow, pending)
             say(rank, f"stopped at step {trainer.step} on SIGTERM; the next attempt resumes here")
             if mlflow is not None:
                 mlflow.end_run(status="KILLED")
             return EXIT_PREEMPTED
         if trainer.step % places.checkpoint_every == 0 and trainer.step < settings.max_steps:
             trainer.save_checkpoint("periodic")
+            flush_metrics(mlflow, pending)
 
     if trainer.resumed != settings.max_steps:
         trainer.save_checkpoint("final")
+    flush_metrics(mlflow, pending)
     if rank == 0:
         finish(trainer, tokenizer, mlflow, tags)
     if world > 1:

@@ -169,9 +169,10 @@ def _venv_python() -> Path:
 
 
 def _boto(endpoint: str, key: str, secret: str, code: str) -> str:
+    # str.__repr__: the generated secret's own repr hides it, and the script needs the value.
     script = ("import boto3,json,sys\n"
               f"s3 = boto3.client('s3', endpoint_url={endpoint!r}, aws_access_key_id={key!r}, "
-              f"aws_secret_access_key={secret!r}, region_name='us-east-1')\n" + code)
+              f"aws_secret_access_key={str.__repr__(secret)}, region_name='us-east-1')\n" + code)
     return subprocess.run([str(_venv_python()), "-c", script], check=True, capture_output=True, text=True).stdout
 
 

@@ -6,6 +6,7 @@ initialised Llama built here, with a word-level tokenizer over the test's vocabu
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import sys
@@ -52,6 +53,11 @@ def s3() -> Any:
     return boto3.client("s3")
 
 
+def split(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return bucket, key
+
+
 def put_versions(bucket: str, key: str, *files: str) -> dict[str, Any]:
     """Creates the bucket versioned and writes each file as a new version of ``key``."""
     client = s3()
@@ -61,37 +67,53 @@ def put_versions(bucket: str, key: str, *files: str) -> dict[str, Any]:
     for path in files:
         data = Path(path).read_bytes()
         put = client.put_object(Bucket=bucket, Key=key, Body=data)
-        versions.append({"version_id": put["VersionId"], "sha256": "sha256:" + program().sha256_hex(data)})
+        versions.append({"version_id": put["VersionId"], "sha256": "sha256:" + hashlib.sha256(data).hexdigest()})
     return {"versions": versions}
 
 
-def make_bucket(bucket: str) -> dict[str, Any]:
-    s3().create_bucket(Bucket=bucket)
-    return {"bucket": bucket}
+def make_buckets(*buckets: str) -> dict[str, Any]:
+    for bucket in buckets:
+        s3().create_bucket(Bucket=bucket)
+    return {"buckets": list(buckets)}
 
 
 def upload(local: str, uri: str) -> dict[str, Any]:
-    program().upload_dir(uri, Path(local))
+    bucket, prefix = split(uri)
+    client = s3()
+    for path in sorted(Path(local).rglob("*")):
+        if path.is_file():
+            client.put_object(Bucket=bucket, Key=prefix + str(path.relative_to(local)), Body=path.read_bytes())
     return {"uri": uri}
 
 
-def download(uri: str, local: str) -> dict[str, Any]:
-    """What Trainer's S3 initializers and KServe's storage initializer do: every object under the prefix (current versions)."""
-    store = program().Store(uri)
-    keys = sorted(store.list_keys())
-    for key in keys:
-        target = Path(local) / key
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(store.get(key))
-    return {"files": keys}
+def keys_under(uri: str) -> list[str]:
+    bucket, prefix = split(uri)
+    pages = s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return sorted(o["Key"][len(prefix):] for page in pages for o in page.get("Contents", []))
+
+
+def download(*pairs: str) -> dict[str, Any]:
+    """What Trainer's S3 initializers and KServe's storage initializer do: every current object under a prefix.
+
+    ``pairs``: URI, directory, URI, directory, ...
+    """
+    client, files = s3(), []
+    for uri, local in zip(pairs[::2], pairs[1::2], strict=True):
+        bucket, prefix = split(uri)
+        for key in keys_under(uri):
+            target = Path(local) / key
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(client.get_object(Bucket=bucket, Key=prefix + key)["Body"].read())
+            files.append(key)
+    return {"files": files}
 
 
 def list_keys(uri: str) -> dict[str, Any]:
-    return {"keys": sorted(program().Store(uri).list_keys())}
+    return {"keys": keys_under(uri)}
 
 
 def put_object(uri: str, data: str) -> dict[str, Any]:
-    bucket, key = program().split_s3(uri)
+    bucket, key = split(uri)
     s3().put_object(Bucket=bucket, Key=key, Body=data.encode())
     return {"uri": uri}
 
@@ -153,7 +175,7 @@ def mlflow_run(experiment: str, trainjob: str) -> dict[str, Any]:
     return out
 
 
-COMMANDS = {"make-base": make_base, "put-versions": put_versions, "make-bucket": make_bucket, "upload": upload,
+COMMANDS = {"make-base": make_base, "put-versions": put_versions, "make-buckets": make_buckets, "upload": upload,
             "download": download, "list": list_keys, "put-object": put_object, "compare": compare,
             "generate": generate, "mlflow-run": mlflow_run}
 

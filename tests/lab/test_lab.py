@@ -35,12 +35,13 @@ import os
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, rendered
+from tests.conftest import ROOT, rendered, stack
 from tests.dataplane.test_mlflow_server import (  # noqa: F401 - module-scoped fixtures of the dataplane tier
     TOOLS,
     postgres,
@@ -115,12 +116,13 @@ class Lab:
         """One pod of TrainJob ``job``: the two initializers into a fresh /workspace, then the program."""
         workspace = self.root / name
         dataset_uri, model_uri = args[args.index("--dataset-uri") + 1], args[args.index("--base-model-uri") + 1]
-        self.helper("download", dataset_uri.rsplit("/", 1)[0] + "/", str(workspace / "dataset"))
-        self.helper("download", model_uri, str(workspace / "model"))
+        self.helper("download", dataset_uri.rsplit("/", 1)[0] + "/", str(workspace / "dataset"), model_uri,
+                    str(workspace / "model"))
         env = {**self.env, **(self.mlflow_env if mlflow else {}), "TRAIN_JOB_NAME": job, **(extra_env or {})}
         command = [str(_lab_python()), str(PROGRAM), *args, "--dataset-dir", str(workspace / "dataset"),
                    "--model-dir", str(workspace / "model"), "--output-dir", str(workspace / "output"),
                    "--checkpoint-uri", f"s3://{self.tenant}-checkpoints/{job}/"]
+        started = time.monotonic()
         proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines: list[str] = []
         assert proc.stdout is not None
@@ -130,7 +132,7 @@ class Lab:
                 proc.send_signal(signal.SIGTERM)  # what the kubelet sends on Kueue preemption or a drain
                 LOG.append(f"  [{name}] SIGTERM sent after: {line.strip()}")
         code = proc.wait(timeout=600)
-        LOG.append(f"$ [{name}] TRAIN_JOB_NAME={job} lora_peft.py ... -> exit {code}")
+        LOG.append(f"$ [{name}] TRAIN_JOB_NAME={job} lora_peft.py ... -> exit {code} ({time.monotonic() - started:.0f}s)")
         LOG.extend(f"    {line}" for line in lines if line.startswith("[lora-peft]"))
         return code, lines
 
@@ -146,13 +148,12 @@ def lab(workdir: Path, s3: dict[str, str], tenants: dict[str, dict[str, str]]) -
 def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_and_generate(
         lab: Lab, s3: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
     tenant = lab.tenant
-    namespace = next(t for t in rendered(STACK).config.tenants if t.name == tenant).namespace_name
+    namespace = next(t for t in stack(STACK).config.tenants if t.name == tenant).namespace_name
     try:
         # The base model, made here and put where the model initializer fetches it from.
         base = lab.helper("make-base", str(lab.root / "base"), " ".join(WORDS))
         model_uri = f"s3://{tenant}-models/base/tiny-llama/"
-        for bucket in (f"{tenant}-models", f"{tenant}-checkpoints"):
-            lab.helper("make-bucket", bucket)
+        lab.helper("make-buckets", f"{tenant}-models", f"{tenant}-checkpoints")
         lab.helper("upload", str(lab.root / "base"), model_uri)
         LOG.append(f"$ base model: tiny Llama, {base['parameters']} parameters, vocab {base['vocab']}, "
                    f"{base['digest']} -> {model_uri}")
@@ -264,8 +265,8 @@ def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_and_generate(
         assert version["tags"]["trainyard.dataset.version"] == pinned["version_id"]
 
         # What serving does with it: both locations downloaded, the adapter loaded onto the base, tokens out.
-        lab.helper("download", adapter_uri + "/", str(lab.root / "serve" / "adapter"))
-        lab.helper("download", model_uri, str(lab.root / "serve" / "base"))
+        serve = lab.root / "serve"
+        lab.helper("download", adapter_uri + "/", str(serve / "adapter"), model_uri, str(serve / "base"))
         generated = lab.helper("generate", str(lab.root / "serve" / "base"), str(lab.root / "serve" / "adapter"),
                                "the cat sat on the")
         LOG.append(f"$ PeftModel.from_pretrained(base, adapter).generate('the cat sat on the', 8 tokens) -> {generated}")
