@@ -116,6 +116,13 @@ class Places:
 
 
 def parse_args(argv: list[str]) -> tuple[Settings, Places]:
+    try:
+        return _parse_args(argv)
+    except ValueError as exc:  # a TRAINYARD_* / LORA_* number that is not one
+        raise LabError(f"a setting from the environment is not a number: {exc}") from None
+
+
+def _parse_args(argv: list[str]) -> tuple[Settings, Places]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     a = p.add_argument
     a("--dataset-uri", default=env("TRAINYARD_DATASET_URI"), help="s3://bucket/key of the approved dataset object")
@@ -137,21 +144,23 @@ def parse_args(argv: list[str]) -> tuple[Settings, Places]:
     a("--registered-model", default=env("TRAINYARD_REGISTERED_MODEL", ""), help="default <namespace>-<trainjob>")
     a("--pause-after-step", type=float, default=float(env("TRAINYARD_PAUSE_AFTER_STEP", "0")),
       help="seconds to wait after each step: gives a person (or a test) time to interrupt at a known step")
-    a("--seed", type=int, default=1234)
-    a("--max-steps", type=int, default=100, help="optimizer steps")
-    a("--micro-batch-size", type=int, default=4, help="sequences per device per forward pass")
-    a("--grad-accumulation", type=int, default=4, help="forward passes per optimizer step")
-    a("--seq-len", type=int, default=512)
-    a("--learning-rate", type=float, default=2e-4)
-    a("--weight-decay", type=float, default=0.0)
-    a("--warmup-steps", type=int, default=10)
-    a("--max-grad-norm", type=float, default=1.0)
-    a("--precision", choices=("fp32", "bf16", "fp16"), default="bf16",
+    # Hyperparameters: flags, or LORA_<FLAG> variables (the Kubeflow SDK's CustomTrainerContainer passes env only).
+    a("--seed", type=int, default=int(env("LORA_SEED", "1234")))
+    a("--max-steps", type=int, default=int(env("LORA_MAX_STEPS", "100")), help="optimizer steps")
+    a("--micro-batch-size", type=int, default=int(env("LORA_MICRO_BATCH_SIZE", "4")), help="sequences per device per forward pass")
+    a("--grad-accumulation", type=int, default=int(env("LORA_GRAD_ACCUMULATION", "4")), help="forward passes per optimizer step")
+    a("--seq-len", type=int, default=int(env("LORA_SEQ_LEN", "512")))
+    a("--learning-rate", type=float, default=float(env("LORA_LEARNING_RATE", "2e-4")))
+    a("--weight-decay", type=float, default=float(env("LORA_WEIGHT_DECAY", "0.0")))
+    a("--warmup-steps", type=int, default=int(env("LORA_WARMUP_STEPS", "10")))
+    a("--max-grad-norm", type=float, default=float(env("LORA_MAX_GRAD_NORM", "1.0")))
+    a("--precision", choices=("fp32", "bf16", "fp16"), default=env("LORA_PRECISION", "bf16"),
       help="autocast dtype on GPU; on CPU only fp32 and bf16")
-    a("--lora-rank", type=int, default=16)
-    a("--lora-alpha", type=int, default=32)
-    a("--lora-dropout", type=float, default=0.05)
-    a("--lora-target-modules", default="all-linear", help="comma list of module names, or all-linear")
+    a("--lora-rank", type=int, default=int(env("LORA_RANK", "16")))
+    a("--lora-alpha", type=int, default=int(env("LORA_ALPHA", "32")))
+    a("--lora-dropout", type=float, default=float(env("LORA_DROPOUT", "0.05")))
+    a("--lora-target-modules", default=env("LORA_TARGET_MODULES", "all-linear"),
+      help="comma list of module names, or all-linear")
     ns = p.parse_args(argv)
     for name in ("dataset_uri", "dataset_version", "dataset_digest", "checkpoint_uri"):
         if not getattr(ns, name):
