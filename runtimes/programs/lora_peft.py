@@ -147,7 +147,8 @@ def _parse_args(argv: list[str]) -> tuple[Settings, Places]:
     # Hyperparameters: flags, or LORA_<FLAG> variables (the Kubeflow SDK's CustomTrainerContainer passes env only).
     a("--seed", type=int, default=int(env("LORA_SEED", "1234")))
     a("--max-steps", type=int, default=int(env("LORA_MAX_STEPS", "100")), help="optimizer steps")
-    a("--micro-batch-size", type=int, default=int(env("LORA_MICRO_BATCH_SIZE", "4")), help="sequences per device per forward pass")
+    a("--micro-batch-size", type=int, default=int(env("LORA_MICRO_BATCH_SIZE", "4")),
+      help="sequences per device per forward pass")
     a("--grad-accumulation", type=int, default=int(env("LORA_GRAD_ACCUMULATION", "4")), help="forward passes per optimizer step")
     a("--seq-len", type=int, default=int(env("LORA_SEQ_LEN", "512")))
     a("--learning-rate", type=float, default=float(env("LORA_LEARNING_RATE", "2e-4")))
