@@ -36,27 +36,22 @@ def trainjob_approved_inputs(obj: Manifest, ctx: Context) -> Iterator[str]:
         return
     approved = ctx.config.lineage.approved_for(tenant.name)
     env = trainer_env(obj)
-    dataset = dig(obj, "spec", "initializer", "dataset", "storageUri")
-    if dataset is not None:
-        entry = next((d for d in approved.datasets if d.uri == dataset), None)
+    for kind, entries, pins in (
+            ("dataset", approved.datasets, lambda e: ((DATASET_VERSION_ENV, e.version), (DATASET_DIGEST_ENV, e.digest))),
+            ("model", approved.base_models, lambda e: ((BASE_MODEL_REVISION_ENV, e.revision),))):
+        uri = dig(obj, "spec", "initializer", kind, "storageUri")
+        if uri is None:
+            continue
+        entry = next((e for e in entries if e.uri == uri), None)
+        what = "dataset" if kind == "dataset" else "base model"
         if entry is None:
-            names = ", ".join(f"{d.name} ({d.uri})" for d in approved.datasets) or "none"
-            yield f"spec.initializer.dataset.storageUri {dataset!r} is not an approved dataset of tenant {tenant.name} " \
+            names = ", ".join(f"{e.name} ({e.uri})" for e in entries) or "none"
+            yield f"spec.initializer.{kind}.storageUri {uri!r} is not an approved {what} of tenant {tenant.name} " \
                   f"(approved: {names})"
-        else:
-            for var, want in ((DATASET_VERSION_ENV, entry.version), (DATASET_DIGEST_ENV, entry.digest)):
-                if env.get(var) != want:
-                    yield f"spec.trainer.env {var} is {env.get(var)!r}; dataset {entry.name} is approved at {want!r}"
-    model = dig(obj, "spec", "initializer", "model", "storageUri")
-    if model is not None:
-        found = next((m for m in approved.base_models if m.uri == model), None)
-        if found is None:
-            names = ", ".join(f"{m.name} ({m.uri})" for m in approved.base_models) or "none"
-            yield f"spec.initializer.model.storageUri {model!r} is not an approved base model of tenant {tenant.name} " \
-                  f"(approved: {names})"
-        elif env.get(BASE_MODEL_REVISION_ENV) != found.revision:
-            yield f"spec.trainer.env {BASE_MODEL_REVISION_ENV} is {env.get(BASE_MODEL_REVISION_ENV)!r}; base model " \
-                  f"{found.name} is approved at {found.revision!r}"
+            continue
+        for var, want in pins(entry):
+            if env.get(var) != want:
+                yield f"spec.trainer.env {var} is {env.get(var)!r}; {what} {entry.name} is approved at {want!r}"
 
 
 RULES = (trainjob_approved_inputs,)
