@@ -37,7 +37,7 @@ $(STAMP): pyproject.toml
 
 .PHONY: test
 test: setup lint typecheck helm ## Lint, type-check and run every offline test tier (unit, conformance, program, policy, review, charts)
-	$(BIN)/pytest -q -m "not cluster and not registry and not dataplane and not promtool" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not cluster and not registry and not dataplane and not lab and not promtool" $(PYTEST_ARGS)
 
 # The chart-truth tier renders the upstream charts with helm built from Go modules, so
 # `make test` builds it first (cached: instant when current; ~4 min cold on 2 cores).
@@ -47,7 +47,7 @@ helm: ## Build helm from Go modules (tools/build.sh helm), for the chart-truth t
 
 .PHONY: lint
 lint: setup ## ruff over the code, tests and policy pack
-	$(BIN)/ruff check platform tests policies bench
+	$(BIN)/ruff check platform tests policies bench runtimes/programs
 
 .PHONY: typecheck
 typecheck: setup ## mypy, strict on platform/trainyard
@@ -73,6 +73,8 @@ check: setup ## Policy check of a stack
 bench: setup ## Benchmarks (print figures; never part of the tests)
 	$(BIN)/python bench/bench_render.py
 	$(BIN)/python bench/bench_cli.py
+	@if [ -x "$(TRAINYARD_TOOLS_DIR)/lab-torch-$$(sed -n 's/^torch==//p' runtimes/programs/requirements.txt)/bin/python" ]; then \
+	  "$(TRAINYARD_TOOLS_DIR)/lab-torch-$$(sed -n 's/^torch==//p' runtimes/programs/requirements.txt)/bin/python" bench/bench_lora_gpu.py; fi
 	@if [ -f bench/bench_diff.py ]; then $(BIN)/python bench/bench_diff.py; fi
 
 .PHONY: bench-admission
@@ -85,6 +87,7 @@ bench-admission: cluster-up ## Admission benchmark on the rehearsal cluster: 1,0
 tools: ## Build every platform tool from Go modules (cached; tools/build.sh --list), and the MLflow venv
 	tools/build.sh all
 	tools/mlflow/install.sh
+	tools/lab/install.sh
 
 .PHONY: cluster-up cluster-down
 cluster-up: tools setup ## Start the rehearsal cluster: control plane, real Kueue/JobSet/Trainer, kwok, the local stack's fake GPU nodes
@@ -139,6 +142,9 @@ test-serving: setup serving-env ## Registry to storage for real: MLflow, S3 (Sea
 .PHONY: test-dataplane
 test-dataplane: setup ## The dataplane tier: a real SeaweedFS (weed) with Trainyard's identities and buckets; real MLflow (tools venv) + Debian PostgreSQL
 	$(BIN)/pytest -q --tb=short -m dataplane tests/dataplane $(PYTEST_ARGS)
+.PHONY: test-lab
+test-lab: setup ## The lab tier: the reference LoRA program (tools/lab venv) on CPU against the dataplane servers: pinned data, SIGTERM + resume, MLflow, registry
+	$(BIN)/pytest -q --tb=short -m lab tests/lab $(PYTEST_ARGS)
 .PHONY: test-monitoring
 test-monitoring: setup ## Alert rules through the real promtool (check rules, test rules); after `make tools`
 	$(BIN)/pytest -q -m promtool tests/monitoring $(PYTEST_ARGS)

@@ -36,7 +36,7 @@ def expressions(policy: dict[str, Any]) -> list[str]:
 def test_admission_policies_validate_against_the_strict_kubernetes_schema(name: str, crds: Path) -> None:
     validator = Validator(crds)
     objects = [o for o in rendered(name).concern("admission").objects if o["kind"] in KINDS]
-    assert len(objects) == 10
+    assert len(objects) == 12
     assert [str(e) for o in objects for e in validator.errors(o)] == []
 
 

@@ -103,6 +103,10 @@ CASES: dict[str, Case] = {
          with_change(trainjob(), "spec.trainer.env", [{"name": "MLFLOW_TRACKING_USERNAME", "valueFrom": {
              "secretKeyRef": {"name": "borrowed", "key": "user"}}}])],
         [with_change(trainjob(), "spec.trainer.env", [{"name": "MLFLOW_EXPERIMENT_NAME", "value": "sft"}])]),
+    # prod approves no dataset yet: a TrainJob may initialise from none (tests/policy/test_lineage.py: approved ones).
+    "trainjob-approved-inputs": lambda _: (
+        [with_change(trainjob(), "spec.initializer", {"dataset": {"storageUri": "s3://llm-research-datasets/x.jsonl"}})],
+        [trainjob()]),
     "trainjob-approved-runtime": lambda _: ([with_change(trainjob(), "spec.runtimeRef.name", "my-own-runtime")], [trainjob()]),
     "trainjob-queue-label": lambda objs: ([*objs, trainjob({PRIORITY_CLASS_LABEL: "standard"})], [*objs, trainjob()]),
     "trainjob-priority-class": lambda _: ([trainjob({QUEUE_NAME_LABEL: "default", PRIORITY_CLASS_LABEL: "critical"})],

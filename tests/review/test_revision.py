@@ -35,8 +35,10 @@ def test_runtime_digests_come_from_the_revision_too(project: Path) -> None:
     lock = project / "images.lock.yaml"
     lock.write_text(lock.read_text().replace("631af2fb862da93d", "0000000000000000"))
     review = review_against_revision("demo", "HEAD", project)
+    # The other field: TRAINYARD_RUNTIME_IMAGE, the pinned reference the program records (provenance_wiring).
     assert review.highlights == ("runtime `torch-distributed` image digest changed "
-                                 "(`node`: `sha256:631af2fb862d` -> `sha256:000000000000`)",)
+                                 "(`node`: `sha256:631af2fb862d` -> `sha256:000000000000`)",
+                                 "runtime `torch-distributed`: 1 other field changed")
 
 
 def test_a_stack_file_missing_at_the_revision_means_everything_is_added(project: Path) -> None:

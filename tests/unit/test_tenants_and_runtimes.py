@@ -56,7 +56,7 @@ def test_resource_quota_caps_gpus_at_nominal_plus_borrowing() -> None:
 
 def test_runtimes_are_approved_labelled_and_get_the_topology_annotation() -> None:
     objects = {o["metadata"]["name"]: o for o in rendered("prod").by_kind("ClusterTrainingRuntime")}
-    assert sorted(objects) == ["deepspeed-mpi", "lora-finetune", "torch-distributed"]
+    assert sorted(objects) == ["deepspeed-mpi", "lora-finetune", "lora-peft", "torch-distributed"]
     torch = objects["torch-distributed"]
     assert torch["metadata"]["labels"]["trainyard.dev/approved-runtime"] == "true"
     pod_meta = torch["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]

@@ -3,16 +3,5 @@
 # requirements.txt (PyPI). Stamped with the requirements' hash, so a warm run does nothing.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-tools_dir="${TRAINYARD_TOOLS_DIR:-$HOME/.cache/trainyard/tools}"
 version="$(sed -n 's/^mlflow\[auth\]==//p' "$here/requirements.txt")"
-venv="$tools_dir/mlflow-$version"
-stamp="$venv/.trainyard-stamp"
-want="$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)"
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-  echo "mlflow $version: cached ($venv)"
-  exit 0
-fi
-python3 -m venv "$venv"
-"$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt"
-echo "$want" > "$stamp"
-echo "mlflow $version: installed ($venv)"
+exec "$here/../venv-install.sh" "mlflow-$version" "$here/requirements.txt"

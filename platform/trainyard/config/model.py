@@ -475,6 +475,9 @@ class Runtimes(Model):
         min_length=1, description="Image prefixes allowed in runtimes and tenant workloads (e.g. 'registry.example.com/ml/')."
     )
     topology: TopologyRequest | None = Field(default=None, description="Topology annotation added to the runtimes' GPU pods.")
+    checkpoints_keep: int = Field(
+        default=2, ge=1, description="Complete checkpoints a run keeps (TRAINYARD_CHECKPOINT_KEEP); older ones are deleted "
+        "by the program, and what is left expires with the checkpoints bucket's lifecycle.")
 
 
 class Images(Model):
@@ -516,8 +519,9 @@ class Rehearsal(Model):
         "seaweedfs and minio name the object store's charts.")
 
 
-# security.py, multikueue.py, mlflow.py, monitoring.py, object_store.py and serving.py build on Model and the name
+# security.py, multikueue.py, mlflow.py, monitoring.py, object_store.py, serving.py and lineage.py build on Model and the name
 # types above, so they are imported here.
+from trainyard.config.lineage import Lineage  # noqa: E402
 from trainyard.config.mlflow import Mlflow  # noqa: E402
 from trainyard.config.monitoring import Monitoring  # noqa: E402
 from trainyard.config.multikueue import MultiKueue  # noqa: E402
@@ -554,6 +558,7 @@ class PlatformConfig(Model):
         default=None, description="Object storage (buckets and credentials per tenant); unset = none.")
     mlflow: Mlflow = Field(default=Mlflow(), description="MLflow tracking server and model registry.")
     serving: Serving | None = Field(default=None, description="Model serving (KServe); unset = no serving on this stack.")
+    lineage: Lineage = Field(default=Lineage(), description="Approved datasets and base models TrainJobs may initialise from.")
 
     def pool(self, name: str) -> GpuPool:
         return next(p for p in self.gpu_pools if p.name == name)
@@ -650,6 +655,15 @@ class PlatformConfig(Model):
                     raise FieldError(("serving", "exposure", "public_tenants", i), f"{name!r} is not a tenant")
             _unique("serving.approved_runtimes", list(self.serving.approved_runtimes))
         check_object_store(self)
+        return self
+
+    @model_validator(mode="after")
+    def _lineage_tenants_exist(self) -> PlatformConfig:
+        names = {t.name for t in self.tenants}
+        for tenant in self.lineage.tenants:
+            if tenant not in names:
+                raise FieldError(("lineage", "tenants", tenant), f"{tenant!r} is not a tenant of this stack "
+                                                                 f"({', '.join(sorted(names))})")
         return self
 
     @model_validator(mode="after")

@@ -21,6 +21,10 @@ Policies (each bound to every namespace labelled ``trainyard.dev/tenant``):
   runtime patch, a bare pod), so TrainingRuntimes need no CEL walk over their templates.
 - ``trainyard-training-runtimes``: only tenants the stack allows create TrainingRuntimes. Tenants'
   RBAC already omits them; this holds for anyone else acting in a tenant namespace too.
+- ``trainyard-trainjob-inputs``: a TrainJob's ``spec.initializer.{dataset,model}.storageUri`` is an
+  entry of the stack's ``lineage`` approved for the namespace's tenant, and ``spec.trainer.env`` pins
+  the approved version (config/lineage.py). The approved entries are a CEL map literal keyed by
+  namespace, so one policy serves every tenant and a change of approval is a reviewed diff.
 
 - ``trainyard-trainjob-initializer-env`` (a MutatingAdmissionPolicy): removes an empty
   ``spec.initializer.{dataset,model}.env`` from a new TrainJob (see ``initializer_env_policy``).
@@ -38,6 +42,7 @@ import json
 from typing import Any
 
 from trainyard import catalog
+from trainyard.config.lineage import BASE_MODEL_REVISION_ENV, DATASET_DIGEST_ENV, DATASET_VERSION_ENV
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import DEFAULT_LOCAL_QUEUE, QUEUE_NAME_LABEL, TENANT_LABEL, Manifest, metadata
@@ -173,9 +178,57 @@ def training_runtimes_policy(config: PlatformConfig) -> Manifest:
     )
 
 
+def _pinned(env: str, field: str) -> str:
+    return f"variables.env.exists(e, e.name == {json.dumps(env)} && e.value == {field})"
+
+
+def trainjob_inputs_policy(config: PlatformConfig) -> Manifest:
+    """Initializer URIs are approved entries for the namespace's tenant, pinned in spec.trainer.env."""
+    datasets = {t.namespace_name: [{"uri": d.uri, "version": d.version, "digest": d.digest}
+                                   for d in config.lineage.approved_for(t.name).datasets] for t in config.tenants}
+    models = {t.namespace_name: [{"uri": m.uri, "revision": m.revision}
+                                 for m in config.lineage.approved_for(t.name).base_models] for t in config.tenants}
+
+    def uri(kind: str) -> str:
+        return (f"has(object.spec.initializer) && has(object.spec.initializer.{kind})"
+                f" && has(object.spec.initializer.{kind}.storageUri) ? object.spec.initializer.{kind}.storageUri : ''")
+
+    def mine(variable: str) -> str:
+        return f"namespaceObject.metadata.name in {variable} ? {variable}[namespaceObject.metadata.name] : []"
+
+    return _policy(
+        "trainyard-trainjob-inputs",
+        [_rule(TRAINER_GROUP, TRAINER_VERSION, "trainjobs")],
+        variables=[
+            # JSON objects and arrays of strings are CEL map and list literals.
+            {"name": "approvedDatasets", "expression": json.dumps(datasets, sort_keys=True)},
+            {"name": "approvedModels", "expression": json.dumps(models, sort_keys=True)},
+            {"name": "datasets", "expression": mine("variables.approvedDatasets")},
+            {"name": "models", "expression": mine("variables.approvedModels")},
+            {"name": "env", "expression": "has(object.spec.trainer) && has(object.spec.trainer.env)"
+                                          " ? object.spec.trainer.env.filter(e, has(e.value)) : []"},
+            {"name": "datasetUri", "expression": uri("dataset")},
+            {"name": "modelUri", "expression": uri("model")},
+        ],
+        validations=[{
+            "expression": "variables.datasetUri == '' || variables.datasets.exists(d, d.uri == variables.datasetUri"
+                          f" && {_pinned(DATASET_VERSION_ENV, 'd.version')} && {_pinned(DATASET_DIGEST_ENV, 'd.digest')})",
+            "messageExpression": "'spec.initializer.dataset.storageUri ' + variables.datasetUri + ' must be a dataset "
+                                 f"approved for this namespace, pinned with {DATASET_VERSION_ENV} and {DATASET_DIGEST_ENV} "
+                                 "in spec.trainer.env (trainyard check names the approved entries)'",
+        }, {
+            "expression": "variables.modelUri == '' || variables.models.exists(m, m.uri == variables.modelUri"
+                          f" && {_pinned(BASE_MODEL_REVISION_ENV, 'm.revision')})",
+            "messageExpression": "'spec.initializer.model.storageUri ' + variables.modelUri + ' must be a base model "
+                                 f"approved for this namespace, pinned with {BASE_MODEL_REVISION_ENV} in spec.trainer.env"
+                                 " (trainyard check names the approved entries)'",
+        }],
+    )
+
+
 def policies(config: PlatformConfig) -> list[Manifest]:
     return [trainjob_queue_policy(), trainjob_runtime_policy(config), trainjob_image_policy(config),
-            pod_image_policy(config), training_runtimes_policy(config)]
+            pod_image_policy(config), training_runtimes_policy(config), trainjob_inputs_policy(config)]
 
 
 INITIALIZER_ENV_POLICY = "trainyard-trainjob-initializer-env"

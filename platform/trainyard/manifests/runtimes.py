@@ -29,6 +29,7 @@ from trainyard.manifests.meta import (
     MANAGED_BY,
     MLFLOW_SECRET,
     OBJECT_STORE_SECRET,
+    QUEUE_NAME_LABEL,
     TENANT_LABEL,
     Manifest,
     metadata,
@@ -53,6 +54,12 @@ JOBSET_NAME_FIELD = "metadata.labels['jobset.sigs.k8s.io/jobset-name']"
 # Per-tenant ConfigMap naming the tenant's buckets, read with envFrom like the Secrets.
 BUCKETS_CONFIGMAP = "trainyard-buckets"
 CHECKPOINTS_BUCKET_KEY = "TRAINYARD_CHECKPOINTS_BUCKET"
+MODELS_BUCKET_KEY = "TRAINYARD_MODELS_BUCKET"
+CHECKPOINT_KEEP_KEY = "TRAINYARD_CHECKPOINT_KEEP"
+# Kueue sets these on the pod template of a job it admits (kueue.x-k8s.io/workload while the job runs,
+# the queue label as given); a pod reads them through the downward API, empty where absent.
+# Ref: kubernetes-sigs/kueue apis/kueue/v1alpha1 (WorkloadAnnotation), site/.../labels-and-annotations.md
+KUEUE_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
 # What Trainer v2.3's S3 initializers read (upper-cased fields of S3DatasetInitializer / S3ModelInitializer),
 # and the key of the object-store Secret each one comes from.
 # Ref: kubeflow/trainer pkg/initializers/types/types.py (v2.3.0)
@@ -125,6 +132,11 @@ def load_runtime(path: Path, config: PlatformConfig, lock: ImageLock | None = No
     return doc
 
 
+def models_bucket(config: PlatformConfig, tenant_name: str) -> str:
+    """The tenant's models bucket (where the reference program puts the adapter it registers); naming as for checkpoints."""
+    return f"{tenant_name}-models"
+
+
 def checkpoints_bucket(config: PlatformConfig, tenant_name: str) -> str:
     """The tenant's checkpoints bucket: the object-store concern's name for it (bucket_prefix included);
     ``<tenant>-checkpoints`` for a stack that opens a path to an object store it does not declare."""
@@ -181,7 +193,33 @@ _WIRED_ENV = frozenset({"TRAIN_JOB_NAME", "TRAINYARD_CHECKPOINT_URI", *(name for
 def buckets_configmap(config: PlatformConfig, tenant_name: str, namespace: str) -> Manifest:
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": metadata(BUCKETS_CONFIGMAP, namespace=namespace, labels={TENANT_LABEL: tenant_name}),
-            "data": {CHECKPOINTS_BUCKET_KEY: checkpoints_bucket(config, tenant_name)}}
+            "data": {CHECKPOINTS_BUCKET_KEY: checkpoints_bucket(config, tenant_name),
+                     MODELS_BUCKET_KEY: models_bucket(config, tenant_name),
+                     CHECKPOINT_KEEP_KEY: str(config.runtimes.checkpoints_keep)}}
+
+
+def provenance_wiring(runtime: Manifest) -> None:
+    """What a training program records about where it ran: runtime name, its pinned image, namespace, Kueue workload.
+
+    The image is the container's own reference as rendered (pinned by digest), so the MLflow run names
+    exactly what ran; the rest comes from the pod through the downward API.
+    """
+    name = runtime["metadata"]["name"]
+    for _, container in containers_of(runtime):
+        env = [e for e in container.get("env") or [] if e.get("name") not in _PROVENANCE_ENV]
+        container["env"] = [
+            {"name": "TRAINYARD_RUNTIME_NAME", "value": name},
+            {"name": "TRAINYARD_RUNTIME_IMAGE", "value": container["image"]},
+            {"name": "TRAINYARD_NAMESPACE", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}},
+            {"name": "TRAINYARD_KUEUE_WORKLOAD", "valueFrom": {"fieldRef": {
+                "apiVersion": "v1", "fieldPath": f"metadata.annotations['{KUEUE_WORKLOAD_ANNOTATION}']"}}},
+            {"name": "TRAINYARD_KUEUE_QUEUE", "valueFrom": {"fieldRef": {
+                "apiVersion": "v1", "fieldPath": f"metadata.labels['{QUEUE_NAME_LABEL}']"}}},
+            *env]
+
+
+_PROVENANCE_ENV = frozenset({"TRAINYARD_RUNTIME_NAME", "TRAINYARD_RUNTIME_IMAGE", "TRAINYARD_NAMESPACE",
+                             "TRAINYARD_KUEUE_WORKLOAD", "TRAINYARD_KUEUE_QUEUE"})
 
 
 def approved_runtime(config: PlatformConfig, source: Manifest) -> Manifest:
@@ -200,6 +238,7 @@ def approved_runtime(config: PlatformConfig, source: Manifest) -> Manifest:
             pod_meta["annotations"] = {**(pod_meta.get("annotations") or {}),
                                        TOPOLOGY_ANNOTATIONS[request.mode]: level.node_label}
     data_plane_wiring(config, runtime)
+    provenance_wiring(runtime)
     return runtime
 
 

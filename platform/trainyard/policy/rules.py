@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from trainyard.policy import (
     exposure,
+    lineage,
     mlflow,
     object_store,
     queueing,
@@ -16,7 +17,8 @@ from trainyard.policy import (
 )
 from trainyard.policy.model import Rule
 
-RULES: tuple[Rule, ...] = (*workloads.RULES, *trainjobs.RULES, *mlflow.RULES, *tenancy.RULES, *exposure.RULES,
-                           *serving.RULES, *queueing.RULES, *object_store.RULES, *stackwide.RULES, *supply.RULES)
+RULES: tuple[Rule, ...] = (*workloads.RULES, *trainjobs.RULES, *lineage.RULES, *mlflow.RULES, *tenancy.RULES,
+                           *exposure.RULES, *serving.RULES, *queueing.RULES, *object_store.RULES, *stackwide.RULES,
+                           *supply.RULES)
 RULE_IDS = frozenset(rule.id for rule in RULES)
 RULES_BY_ID = {rule.id: rule for rule in RULES}
