@@ -36,6 +36,9 @@ TRAINJOBS = "trainjobs.trainer.kubeflow.org"
 # Ref: kueue v0.19.2 apis/kueue/v1beta2 MultiKueueControllerName; Kueue's TrainJob webhook sets it on the
 # manager when the job's ClusterQueue carries a MultiKueue AdmissionCheck (pkg/controller/jobframework/defaults.go).
 MULTIKUEUE_MANAGED_BY = "kueue.x-k8s.io/multikueue"
+# What the manager puts on the worker's copy (Ref: kueue v0.19.2 pkg/controller/jobframework/utils.go SetMultiKueueMeta).
+PREBUILT_WORKLOAD = "kueue.x-k8s.io/prebuilt-workload-name"
+ORIGIN = "kueue.x-k8s.io/multikueue-origin"
 
 
 def manager_overrides(manager: PlatformConfig, workers: Mapping[str, Rehearsal]) -> dict[str, Any]:
@@ -180,7 +183,7 @@ class MultiKueueRehearsal:
                 pass  # a transient API error on a loaded machine: look again
             if _true(result.manager_trainjob, "Complete") or _true(result.manager_trainjob, "Failed"):
                 break
-            time.sleep(0.5)
+            time.sleep(0.2)
         return result
 
     def _observe(self, result: Dispatch, remote: Rehearsal, note: Callable[[str, str], None]) -> None:
@@ -196,7 +199,8 @@ class MultiKueueRehearsal:
                 note("manager", f"AdmissionCheck {check['name']} state={check['state']}"
                      + (f" ({check['message']})" if check.get("message") else ""))
             if _true(workload, "Admitted"):
-                note("manager", "Workload Admitted=True")
+                cluster = (workload.get("status") or {}).get("clusterName")
+                note("manager", f"Workload Admitted=True, status.clusterName={cluster!r}")
             if _true(workload, "Finished"):
                 reason = _conditions(workload)["Finished"].get("reason")
                 note("manager", f"Workload Finished=True (reason {reason})")
@@ -215,10 +219,9 @@ class MultiKueueRehearsal:
         copy = _one(remote.kube, TRAINJOBS, ns, name)
         if copy:
             result.worker_trainjob = copy
-            labels = copy["metadata"].get("labels") or {}
+            meta = {**(copy["metadata"].get("annotations") or {}), **(copy["metadata"].get("labels") or {})}
             note("worker", f"TrainJob {name} created by the manager (managedBy={copy['spec'].get('managedBy')!r}, "
-                 f"prebuilt-workload={labels.get('kueue.x-k8s.io/prebuilt-workload-name')!r}, "
-                 f"origin={labels.get('kueue.x-k8s.io/multikueue-origin')!r})")
+                 f"{PREBUILT_WORKLOAD}={meta.get(PREBUILT_WORKLOAD)!r}, {ORIGIN}={meta.get(ORIGIN)!r})")
             for condition in ("Complete", "Failed"):
                 if _true(copy, condition):
                     note("worker", f"TrainJob {condition}=True")
