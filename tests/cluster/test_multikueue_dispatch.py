@@ -21,7 +21,7 @@ from tests.cluster.conftest import private_env, tools_problem
 from tests.conftest import ROOT
 from trainyard.project import open_stack
 from trainyard.rehearsal.cluster import Settings
-from trainyard.rehearsal.multikueue import MULTIKUEUE_MANAGED_BY, MultiKueueRehearsal
+from trainyard.rehearsal.multikueue import MULTIKUEUE_MANAGED_BY, ORIGIN, PREBUILT_WORKLOAD, MultiKueueRehearsal
 from trainyard.rehearsal.scenario import Job
 
 pytestmark = pytest.mark.cluster
@@ -102,18 +102,25 @@ def test_a_trainjob_submitted_to_the_manager_runs_on_the_worker_and_its_status_c
     checks = {c["name"]: c for c in dispatch.manager_workload["status"].get("admissionChecks") or []}
     assert checks["multikueue"]["state"] == "Ready", dispatch.transcript()
     assert dispatch.seen("AdmissionCheck multikueue state=Ready"), dispatch.transcript()
-    # The worker got the job: Trainer there (managedBy cleared) made the JobSet, its Kueue admitted the
-    # Workload the manager pre-built, and the pods ran on the worker's fake A100 nodes.
+    # The worker got the job: its Kueue admitted the Workload the manager pre-built, Trainer there
+    # (managedBy cleared) made the JobSet, and the pods ran on the worker's fake A100 nodes.
     copy = dispatch.worker_trainjob
     assert copy and copy["spec"].get("managedBy") in (None, "trainer.kubeflow.org/trainjob-controller"), copy
-    assert dispatch.seen("Workload") and dispatch.worker_workload, dispatch.transcript()
+    workload_name = dispatch.manager_workload["metadata"]["name"]
+    assert (copy["metadata"].get("annotations") or {}).get(PREBUILT_WORKLOAD, copy["metadata"]["labels"].get(
+        PREBUILT_WORKLOAD)) == workload_name == dispatch.worker_workload["metadata"]["name"]
+    assert copy["metadata"]["labels"][ORIGIN] == "mk-manager"  # the origin the manager stack renders
+    assert dispatch.manager_workload["status"]["clusterName"] == WORKER
     assert dispatch.seen("JobSet created by Trainer"), dispatch.transcript()
     worker_nodes = {n["metadata"]["name"]: n for n in session.workers[WORKER].kube.items("nodes", None)}
-    placed = {p["spec"].get("nodeName") for p in dispatch.worker_pods}
-    assert len(dispatch.worker_pods) == 2 and placed <= set(worker_nodes), placed
-    assert all(worker_nodes[n]["metadata"]["labels"]["trainyard.dev/pool"] == "fake-a100" for n in placed)
-    assert any(c["type"] == "Complete" and c["status"] == "True" for c in copy["status"]["conditions"])
-    # Mirrored back: the manager's TrainJob carries the worker's status; the manager ran nothing itself.
-    assert any(c["type"] == "Complete" and c["status"] == "True"
-               for c in dispatch.manager_trainjob["status"]["conditions"]), dispatch.transcript()
+    assert len(dispatch.worker_pod_nodes) == 2, dispatch.worker_pod_nodes
+    assert {worker_nodes[n]["metadata"]["labels"]["trainyard.dev/pool"]
+            for n in dispatch.worker_pod_nodes.values()} == {"fake-a100"}
+    # Mirrored back: the manager's TrainJob carries the worker Trainer's status (jobsStatus, Complete);
+    # the manager's own Trainer left the job alone (managedBy MultiKueue): no JobSet, no pod there.
+    status = dispatch.manager_trainjob["status"]
+    assert any(c["type"] == "Complete" and c["status"] == "True" for c in status["conditions"]), dispatch.transcript()
+    assert [j["succeeded"] for j in status["jobsStatus"]] == [1], status
+    finished = {c["type"]: c for c in dispatch.manager_workload["status"]["conditions"]}["Finished"]
+    assert finished["status"] == "True" and finished["reason"] == "Succeeded", finished
     assert not dispatch.manager_pods and not dispatch.seen("UNEXPECTED"), dispatch.transcript()

@@ -18,6 +18,7 @@ its pods on the worker's fake nodes, and the status mirrored back. See docs/comp
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -85,7 +86,7 @@ class Dispatch:
     worker_workload: Manifest = field(default_factory=dict)
     manager_trainjob: Manifest = field(default_factory=dict)
     worker_trainjob: Manifest = field(default_factory=dict)
-    worker_pods: list[Manifest] = field(default_factory=list)
+    worker_pod_nodes: dict[str, str] = field(default_factory=dict)  # every worker pod seen bound -> its node
     manager_pods: list[Manifest] = field(default_factory=list)
 
     def seen(self, what: str) -> Event | None:
@@ -177,16 +178,15 @@ class MultiKueueRehearsal:
         note("manager", f"TrainJob created, spec.managedBy={created['spec'].get('managedBy')!r}")
         deadline = start + timeout
         while time.monotonic() < deadline:
-            try:
-                self._observe(result, remote, note)
-            except KubeError:
-                pass  # a transient API error on a loaded machine: look again
+            with contextlib.suppress(KubeError):  # a transient API error on a loaded machine: look again
+                self._observe_manager(result, note)
+                self._observe_worker(result, remote, note)
             if _true(result.manager_trainjob, "Complete") or _true(result.manager_trainjob, "Failed"):
                 break
             time.sleep(0.2)
         return result
 
-    def _observe(self, result: Dispatch, remote: Rehearsal, note: Callable[[str, str], None]) -> None:
+    def _observe_manager(self, result: Dispatch, note: Callable[[str, str], None]) -> None:
         manager = self.manager
         ns, name = result.namespace, result.job
         workload = _one(manager.kube, WORKLOADS, ns, name)
@@ -216,6 +216,9 @@ class MultiKueueRehearsal:
         if jobsets or result.manager_pods:
             note("manager", f"UNEXPECTED: {len(jobsets)} JobSet(s), {len(result.manager_pods)} pod(s) on the manager")
 
+    def _observe_worker(self, result: Dispatch, remote: Rehearsal, note: Callable[[str, str], None]) -> None:
+        ns, name = result.namespace, result.job
+
         copy = _one(remote.kube, TRAINJOBS, ns, name)
         if copy:
             result.worker_trainjob = copy
@@ -237,8 +240,8 @@ class MultiKueueRehearsal:
         if remote.kube.items("jobsets.jobset.x-k8s.io", ns):
             note("worker", "JobSet created by Trainer")
         pods = remote.kube.items("pods", ns)
-        if pods:
-            result.worker_pods = pods
+        result.worker_pod_nodes.update({p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods
+                                        if p["spec"].get("nodeName")})
         placed = sorted({p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")})
         if placed:
             note("worker", f"{len(pods)} pod(s) bound to fake node(s) {', '.join(placed)}")
