@@ -171,7 +171,7 @@ class MultiKueueRehearsal:
         start = time.monotonic()
 
         def note(cluster: str, what: str) -> None:
-            if result.seen(what) is None:
+            if not any(e.cluster == cluster and e.what == what for e in result.events):  # the first time only
                 result.events.append(Event(time.monotonic() - start, cluster, what))
 
         created = manager.submit(job)
