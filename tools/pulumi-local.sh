@@ -18,6 +18,9 @@
 # (login, workspace) is ${TRAINYARD_PULUMI_HOME:-~/.cache/trainyard/pulumi-home}, so the
 # user's ~/.pulumi is left alone. The rehearsal cluster (`trainyard cluster up`, same
 # TRAINYARD_CLUSTER_DIR and port variables) is started with the stack's fake nodes if it is not up.
+# TRAINYARD_CONFIG_SECRETS: lines KEY=FILE; before the command each FILE's content is set as the
+# Pulumi config secret trainyard:KEY (`pulumi config set --secret`, value on stdin, so it is only
+# ever in the stack file encrypted); used for a MultiKueue manager's worker kubeconfigs.
 # See docs/rehearsal.md.
 set -euo pipefail
 
@@ -32,7 +35,7 @@ CONTEXT=trainyard-local
 
 log() { printf '%s\n' "$*" >&2; }
 die() { log "pulumi-local.sh: $*"; exit 2; }
-usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 # The stack file the run uses: $TRAINYARD_STACK_FILE, or the repo's stacks/Pulumi.STACK.yaml.
 source_stack_file() {
@@ -128,6 +131,21 @@ persist_salt() {
   if [[ -n "$line" ]]; then printf '%s\n' "$line" > "$run/.encryptionsalt"; fi
 }
 
+# TRAINYARD_CONFIG_SECRETS (KEY=FILE lines) as Pulumi config secrets of the run's stack file. The run's
+# stack file is regenerated from its source on every run, so they are set again every time.
+set_config_secrets() {
+  local stack="$1" line key file
+  [[ -n "${TRAINYARD_CONFIG_SECRETS:-}" ]] || return 0
+  while IFS= read -r line; do
+    [[ -n "$line" ]] || continue
+    key="${line%%=*}" file="${line#*=}"
+    [[ "$key" =~ ^[A-Za-z][A-Za-z0-9_-]*$ && "$line" == *=* ]] || die "TRAINYARD_CONFIG_SECRETS: bad line (want KEY=FILE): ${line%%=*}=..."
+    [[ -r "$file" ]] || die "TRAINYARD_CONFIG_SECRETS: $key: cannot read $file"
+    pulumi config set --secret --non-interactive --stack "$stack" "trainyard:$key" < "$file" >&2
+    log "==> config secret trainyard:$key set from $file (encrypted in the stack file)"
+  done <<< "$TRAINYARD_CONFIG_SECRETS"
+}
+
 # The cluster's identity: the UID of its kube-system namespace.
 cluster_uid() { "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG" get namespace kube-system -o 'jsonpath={.metadata.uid}'; }
 
@@ -187,6 +205,7 @@ main() {
   pulumi login --non-interactive "$PULUMI_BACKEND_URL" >&2
   pulumi stack select --non-interactive --create --secrets-provider passphrase "$stack" >&2
   persist_salt "$run" "$stack"
+  set_config_secrets "$stack"
   # A state deployed to another cluster (this one was purged or recreated since) would make `up`
   # report "unchanged" and deploy nothing: refresh the state from the cluster first.
   local uid uid_file="$STATE_DIR/cluster-uid.$stack" refresh=()

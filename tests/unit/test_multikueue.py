@@ -14,7 +14,7 @@ import yaml
 from tests.conftest import ROOT, needs_crds
 from trainyard.cli import main
 from trainyard.config import ConfigError
-from trainyard.manifests import RenderedPlatform
+from trainyard.manifests import RenderedPlatform, kueue
 from trainyard.project import open_stack
 from trainyard.schemas import Validator
 
@@ -59,6 +59,14 @@ def test_worker_declares_the_same_tenant_queues_and_no_dispatching() -> None:
         return {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in platform.all_objects
                 if o["kind"] in ("ClusterQueue", "LocalQueue", "Namespace", "WorkloadPriorityClass")}
     assert queues(worker) == queues(manager)
+
+
+def test_the_manager_kueue_labels_what_it_creates_on_workers_with_its_own_origin() -> None:
+    """Kueue's MultiKueue garbage collector deletes worker objects of its origin whose manager copy is gone;
+    with the default origin two managers sharing a worker would delete each other's jobs."""
+    manager, worker = open_stack(str(MANAGER), ROOT).config, open_stack(str(WORKER), ROOT).config
+    assert kueue.controller_configuration(manager)["multiKueue"] == {"origin": "mk-manager"}
+    assert "multiKueue" not in kueue.controller_configuration(worker)
 
 
 @pytest.fixture(scope="module")

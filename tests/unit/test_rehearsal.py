@@ -36,13 +36,14 @@ def test_kueue_runs_with_the_rendered_configuration_and_only_the_documented_keys
     config = open_stack("prod").config
     rendered = kueue.controller_configuration(config)
     local = kueue_configuration(config, SETTINGS)
-    overlay = kueue_rehearsal_overlay(SETTINGS)
+    overlay = kueue_rehearsal_overlay(config, SETTINGS)
     assert {k: v for k, v in local.items() if k not in overlay} == {k: v for k, v in rendered.items() if k not in overlay}
     assert local["waitForPodsReady"] == rendered["waitForPodsReady"]
     assert local["webhook"] == {"host": "127.0.0.1", "port": 29443, "certDir": "/state/webhook-certs"}
     assert local["leaderElection"] == {"leaderElect": False}
     assert local["internalCertManagement"] == {"enable": False}
     assert local["featureGates"] == {"VisibilityOnDemand": False}
+    assert local["namespace"] == "kueue-system"  # where the chart installs Kueue; MultiKueue reads its Secrets there
 
 
 def test_webhooks_point_at_loopback_with_the_ca_and_services_are_dropped() -> None:

@@ -290,6 +290,12 @@ def controller_configuration(config: PlatformConfig) -> dict[str, Any]:
         "waitForPodsReady": wait_for_pods_ready,
         "integrations": {"frameworks": ["trainer.kubeflow.org/trainjob", "jobset.x-k8s.io/jobset", "batch/job"]},
     }
+    if config.multikueue is not None and config.multikueue.role == "manager":
+        # The label MultiKueue puts on every object it creates on a worker; its garbage collector deletes
+        # the worker objects of this origin whose manager copy is gone. The default ("multikueue") is
+        # the same for every manager: two managers sharing a worker would delete each other's jobs.
+        # Ref: apis/config/v1beta2/configuration_types.go MultiKueue.Origin; pkg/controller/admissionchecks/multikueue (gc).
+        out["multiKueue"] = {"origin": config.cluster.name}
     if settings.fair_sharing.enabled:
         out["fairSharing"] = {"preemptionStrategies": list(settings.fair_sharing.preemption_strategies)}
     if settings.mig_slice_budget:

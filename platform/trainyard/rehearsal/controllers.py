@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from trainyard import catalog
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import crds as crd_source
 from trainyard.manifests import installs
@@ -54,13 +55,16 @@ def webhook_cert_dir(settings: Settings) -> Path:
     return settings.state_dir / "webhook-certs"
 
 
-def kueue_rehearsal_overlay(settings: Settings) -> dict[str, Any]:
+def kueue_rehearsal_overlay(config: PlatformConfig, settings: Settings) -> dict[str, Any]:
     """The only keys the rehearsal changes in Kueue's rendered Configuration (each replaces the rendered value).
 
     Ref: kueue v0.19.2 apis/config/v1beta2/configuration_types.go.
     """
     ports = settings.ports
     return {
+        # In-cluster, the pod's namespace (its service account's); here, the chart's namespace, which the
+        # rehearsal creates (Ref: kueue v0.19.2 apis/config/v1beta2/defaults.go getOperatorNamespace).
+        "namespace": kueue_namespace(config),
         # In-cluster these listen on every interface of the pod; here, loopback only.
         "health": {"healthProbeBindAddress": f"{HOST}:{ports.kueue_health}"},
         "metrics": {"bindAddress": f"{HOST}:{ports.kueue_metrics}"},
@@ -76,10 +80,15 @@ def kueue_rehearsal_overlay(settings: Settings) -> dict[str, Any]:
     }
 
 
+def kueue_namespace(config: PlatformConfig) -> str:
+    """Where the rehearsal's Kueue runs: the chart's namespace, which Kueue's Configuration ``namespace`` defaults to."""
+    return catalog.release("kueue", config.versions.kueue).namespace
+
+
 def kueue_configuration(config: PlatformConfig, settings: Settings) -> dict[str, Any]:
     """Trainyard's rendered Kueue Configuration with the rehearsal overlay: one source, a few documented keys replaced."""
     rendered = copy.deepcopy(kueue_manifests.controller_configuration(config))
-    overlay = kueue_rehearsal_overlay(settings)
+    overlay = kueue_rehearsal_overlay(config, settings)
     unknown_gates = set(rendered.get("featureGates", {})) & set(overlay["featureGates"])
     if unknown_gates:
         raise ClusterError(f"the rendered Kueue configuration already sets {', '.join(sorted(unknown_gates))}")
@@ -263,6 +272,10 @@ class Controllers:
             shutil.copyfile(self.settings.pki / "webhook.key", directory / "tls.key")
             (directory / "tls.key").chmod(0o600)
         ca_bundle = base64.b64encode((self.settings.pki / "ca.crt").read_bytes()).decode()
+        # The Kueue chart creates its namespace; Kueue reads Secrets there (a MultiKueue manager's worker
+        # kubeconfigs: Ref: kueue v0.19.2 cmd/kueue/main.go, multikueue.SetupControllers(mgr, *cfg.Namespace, ...)).
+        self.kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": kueue_namespace(self.config)}}],
+                        field_manager=FIELD_MANAGER)
         for controller in controllers(self.config, self.settings):
             self._start(controller)
         for controller in controllers(self.config, self.settings):

@@ -54,11 +54,14 @@ class EngineRun:
 
 class Rehearsal:
     def __init__(self, stack: Stack, settings: Settings | None = None, overrides: Mapping[str, Any] | None = None,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, config_secrets: Mapping[str, Path] | None = None) -> None:
+        """``config_secrets``: Pulumi config secrets the deploy sets first (key in the ``trainyard`` namespace ->
+        file holding the value; tools/pulumi-local.sh ``TRAINYARD_CONFIG_SECRETS``), e.g. a worker's kubeconfig."""
         self.stack = stack
         self.settings = settings or Settings.from_env(env)
         self.env = dict(os.environ if env is None else env)
         self.overrides = dict(overrides or {})
+        self.config_secrets = dict(config_secrets or {})
         self.stack_file = self.settings.state_dir / "stacks" / f"Pulumi.{stack.name}.yaml"
         self.config: PlatformConfig = write_rehearsal_stack(stack.path, self.stack_file, self.overrides)
         self.control_plane = ControlPlane(self.settings)
@@ -70,7 +73,7 @@ class Rehearsal:
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Rehearsal:
         """The same stack and cluster with a scenario's platform overrides."""
-        return Rehearsal(self.stack, self.settings, overrides, self.env)
+        return Rehearsal(self.stack, self.settings, overrides, self.env, self.config_secrets)
 
     def up(self) -> None:
         """Everything but the stack itself: control plane, CRDs, kwok, controllers, fake nodes. Idempotent."""
@@ -166,6 +169,8 @@ class Rehearsal:
 
     def engine(self, command: str, *args: str) -> EngineRun:
         env = {**self.env, **self.settings.env(), "TRAINYARD_STACK_FILE": str(self.stack_file)}
+        if self.config_secrets:
+            env["TRAINYARD_CONFIG_SECRETS"] = "".join(f"{k}={v}\n" for k, v in sorted(self.config_secrets.items()))
         start = time.monotonic()
         script = self.stack.root / "tools" / "pulumi-local.sh"
         result = subprocess.run([str(script), command, self.stack.name, *args],  # noqa: S603 - the repo's script
