@@ -508,6 +508,7 @@ class Rehearsal(Model):
 
 
 # security.py, multikueue.py, mlflow.py and monitoring.py build on Model and the name types above, so they are imported here.
+from trainyard.config.data_cache import DataCache, validate_data_cache  # noqa: E402
 from trainyard.config.mlflow import Mlflow  # noqa: E402
 from trainyard.config.monitoring import Monitoring  # noqa: E402
 from trainyard.config.multikueue import MultiKueue  # noqa: E402
@@ -539,6 +540,8 @@ class PlatformConfig(Model):
     multikueue: MultiKueue | None = Field(
         default=None, description="MultiKueue role of this cluster (manager or worker); none = a single cluster.")
     mlflow: Mlflow = Field(default=Mlflow(), description="MLflow tracking server and model registry.")
+    data_cache: DataCache = Field(default=DataCache(), description="Trainer's distributed data cache (cache:// "
+                                  "datasets on LeaderWorkerSet); off by default. See docs/components/data-cache.md.")
 
     def pool(self, name: str) -> GpuPool:
         return next(p for p in self.gpu_pools if p.name == name)
@@ -651,6 +654,11 @@ class PlatformConfig(Model):
                                                      f"(they carry {MLFLOW_POD_LABELS})")
         return self
 
+
+    @model_validator(mode="after")
+    def _data_cache(self) -> PlatformConfig:
+        validate_data_cache(self)
+        return self
 
     def _check_gpu_stack(self) -> None:
         """Sharing needs the operator; the operator's and monitoring's namespaces are no tenant's."""

@@ -15,6 +15,7 @@ from trainyard.config.model import PlatformConfig
 from trainyard.manifests import (
     admission,
     crds,
+    data_cache,
     gpu_operator,
     installs,
     kueue,
@@ -43,6 +44,8 @@ def crd_components(config: PlatformConfig) -> list[tuple[str, str]]:
         out.append(("cnpg", config.versions.cnpg))
     if config.gpu_operator is not None:
         out.append(("gpu_operator", config.gpu_operator.version))
+    if config.data_cache.enabled:
+        out.append(("lws", data_cache.lws_version(config)))
     if config.monitoring.enabled and config.monitoring.declare_crds:
         out.append(("prometheus_operator", config.versions.prometheus_operator))
     return out
@@ -105,6 +108,7 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
             kueue.build(config),
             multikueue.build(config),
             runtimes.build(config, root, lock),
+            data_cache.build(config, root, lock),
             admission.build(config),
             tenants.build(config),
             runtimes.build_tenant_wiring(config),
