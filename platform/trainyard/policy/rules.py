@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from trainyard.policy import exposure, mlflow, queueing, stackwide, supply, tenancy, trainjobs, workloads
+from trainyard.policy import data_cache, exposure, mlflow, queueing, stackwide, supply, tenancy, trainjobs, workloads
 from trainyard.policy.model import Rule
 
-RULES: tuple[Rule, ...] = (*workloads.RULES, *trainjobs.RULES, *mlflow.RULES, *tenancy.RULES, *exposure.RULES,
-                           *queueing.RULES, *stackwide.RULES, *supply.RULES)
+RULES: tuple[Rule, ...] = (*workloads.RULES, *trainjobs.RULES, *mlflow.RULES, *tenancy.RULES, *data_cache.RULES,
+                           *exposure.RULES, *queueing.RULES, *stackwide.RULES, *supply.RULES)
 RULE_IDS = frozenset(rule.id for rule in RULES)
 RULES_BY_ID = {rule.id: rule for rule in RULES}
