@@ -154,26 +154,29 @@ def pod_policy(config: PlatformConfig, cache_image: str) -> tuple[Manifest, Mani
     """The MutatingAdmissionPolicy (and its binding) that makes the cache pods restricted and gives them credentials.
 
     It matches pod CREATEs in tenant namespaces whose pod carries the LeaderWorkerSet name label
-    and runs only ``cache_image`` (exactly what the cache runtime passes as CACHE_IMAGE), and
-    merges, with server-side apply semantics (containers are a list keyed by name), the
-    Pod Security "restricted" fields and, with ``tenant-secret``, ``envFrom`` the tenant's
-    object-store Secret. Pod Security admission validates the pod after mutation.
+    and runs one container of ``cache_image`` (exactly what the cache runtime passes as
+    CACHE_IMAGE), and adds, as JSON patches, the Pod Security "restricted" fields and, with
+    ``tenant-secret``, ``envFrom`` the tenant's object-store Secret. Not an ApplyConfiguration:
+    the API server refuses one that sets atomic lists (``capabilities.drop``, ``envFrom``), as the
+    cluster tier found. Pod Security admission validates the pod after mutation.
     Ref: https://kubernetes.io/docs/concepts/security/pod-security-standards/#restricted
     """
     cache = config.data_cache
-    secret = cache.credentials is not None and cache.credentials.mode == "tenant-secret"
-    env_from = (", envFrom: [Object.spec.containers.envFrom{secretRef: Object.spec.containers.envFrom.secretRef{"
-                f"name: '{OBJECT_STORE_SECRET}'}}}}]") if secret else ""
-    expression = (
-        "Object{spec: Object.spec{"
-        "securityContext: Object.spec.securityContext{runAsNonRoot: true, "
+    patches = [
+        "JSONPatch{op: 'add', path: '/spec/securityContext', value: Object.spec.securityContext{runAsNonRoot: true, "
         f"runAsUser: {cache.run_as_user}, "
-        "seccompProfile: Object.spec.securityContext.seccompProfile{type: 'RuntimeDefault'}}, "
-        "containers: object.spec.containers.map(c, Object.spec.containers{name: c.name, "
-        "securityContext: Object.spec.containers.securityContext{allowPrivilegeEscalation: false, "
-        "capabilities: Object.spec.containers.securityContext.capabilities{drop: ['ALL']}}"
-        f"{env_from}}})}}}}"
-    )
+        "seccompProfile: Object.spec.securityContext.seccompProfile{type: 'RuntimeDefault'}}}",
+        "JSONPatch{op: 'add', path: '/spec/containers/0/securityContext', value: "
+        "Object.spec.containers.securityContext{allowPrivilegeEscalation: false, "
+        "capabilities: Object.spec.containers.securityContext.capabilities{drop: ['ALL']}}}",
+    ]
+    if cache.credentials is not None and cache.credentials.mode == "tenant-secret":
+        # Two operations, not one whose value is a list of objects: kube-apiserver 1.36.3 panics converting
+        # such a list (cel-go baseList.ConvertToNative: *structpb.Struct is not assignable to *structpb.Value).
+        patches += ["JSONPatch{op: 'add', path: '/spec/containers/0/envFrom', value: []}",
+                    "JSONPatch{op: 'add', path: '/spec/containers/0/envFrom/-', value: Object.spec.containers.envFrom{"
+                    f"secretRef: Object.spec.containers.envFrom.secretRef{{name: '{OBJECT_STORE_SECRET}'}}}}}}"]
+    expression = "[" + ", ".join(patches) + "]"
     policy = {
         "apiVersion": ADMISSION_API, "kind": "MutatingAdmissionPolicy",
         "metadata": metadata(POLICY_NAME),
@@ -185,9 +188,11 @@ def pod_policy(config: PlatformConfig, cache_image: str) -> tuple[Manifest, Mani
             "matchConditions": [
                 {"name": "leaderworkerset-pod",
                  "expression": f"has(object.metadata.labels) && '{LWS_NAME_LABEL}' in object.metadata.labels"},
-                {"name": "data-cache-image", "expression": f"object.spec.containers.all(c, c.image == '{cache_image}')"},
+                # Upstream's head and worker templates have one container each (the patches address it by index).
+                {"name": "one-data-cache-container",
+                 "expression": f"size(object.spec.containers) == 1 && object.spec.containers[0].image == '{cache_image}'"},
             ],
-            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": expression}}],
+            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}],
         },
     }
     binding = {
