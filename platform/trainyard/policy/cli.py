@@ -26,8 +26,8 @@ import yaml
 from trainyard.cli import EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
 from trainyard.config.load import YamlLoader, yaml_shape_problem
 from trainyard.manifests.gpu_operator import pod_security_exceptions
-from trainyard.policy.data_cache import reviewed_exceptions as data_cache_exceptions
 from trainyard.manifests.meta import Manifest
+from trainyard.policy.data_cache import reviewed_exceptions as data_cache_exceptions
 from trainyard.project import open_stack
 
 if TYPE_CHECKING:

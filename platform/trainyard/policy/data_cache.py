@@ -56,8 +56,8 @@ def data_cache_rbac_scoped(objects: Sequence[Manifest], ctx: Context) -> Iterato
             continue
         if namespace not in ctx.tenants_by_namespace:
             yield obj, f"binds {CHART_CLUSTER_ROLE} in {namespace}, which is no tenant namespace"
-        for subject in as_list(obj.get("subjects")):
-            subject = as_dict(subject)
+        for item in as_list(obj.get("subjects")):
+            subject = as_dict(item)
             if (subject.get("kind"), subject.get("name"), subject.get("namespace")) != \
                     ("ServiceAccount", INITIALIZER_ACCOUNT, namespace):
                 yield obj, f"binds {CHART_CLUSTER_ROLE} to {subject.get('kind')} {subject.get('name')}, not to this " \

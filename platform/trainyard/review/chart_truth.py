@@ -131,11 +131,13 @@ def _data_cache_modes(config: PlatformConfig, rendered: charts.RenderedChart) ->
     """With the data cache on, one LWS controller (the subchart's) and the initializer's ClusterRole; off, neither.
 
     Ref: charts/kubeflow-trainer templates/data-cache/cluster-role.yaml; lws templates/manager/deployment.yaml
-    (``<fullname>-controller-manager``, fullname ``lws`` from dataCache.lws.fullnameOverride).
+    (``<fullname>-controller-manager``; fullname ``<release>-lws``: the parent's ``dataCache.lws.fullnameOverride``
+    is not a subchart value, which Helm reads under ``lws:`` only).
     """
     from trainyard.manifests.data_cache import CHART_CLUSTER_ROLE
 
-    lws = [o for o in rendered.objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "lws-controller-manager"]
+    lws = [o for o in rendered.objects
+           if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("lws-controller-manager")]
     role = [o for o in rendered.objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == CHART_CLUSTER_ROLE]
     if not config.data_cache.enabled:
         return [f"data cache off, but the chart installs {object_id(o)}" for o in lws + role]
