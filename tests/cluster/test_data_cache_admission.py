@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.conftest import Cluster, private_cluster, tools_problem
+from tests.cluster.conftest import Cluster, bare_api_server
 from tests.conftest import ROOT, rendered
 from trainyard.manifests import data_cache, image_lock
 from trainyard.manifests.meta import OBJECT_STORE_SECRET
@@ -33,10 +33,7 @@ TENANT = "eval"
 
 @pytest.fixture(scope="module")
 def cache_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    problem = tools_problem("etcd", "kube-apiserver")
-    if problem is not None:
-        pytest.skip(problem)
-    with private_cluster(tmp_path_factory.mktemp("data-cache-cluster"), with_fake_nodes=False) as running:
+    with bare_api_server(tmp_path_factory, "data-cache-cluster") as running:
         yield running
 
 

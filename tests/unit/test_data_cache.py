@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, rendered, stack
+from tests.unit.test_config_errors import problems_of
 from trainyard.cli import main
-from trainyard.config import ConfigError, validate_platform
+from trainyard.config import validate_platform
 from trainyard.config.data_cache import CACHE_RUNTIME
 from trainyard.manifests import data_cache
 from trainyard.manifests.meta import OBJECT_STORE_SECRET
@@ -23,12 +24,6 @@ FIXTURE = ROOT / "tests" / "fixtures" / "stacks" / "Pulumi.data-cache.yaml"
 def fixture_platform() -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load(FIXTURE.read_text())["config"]["trainyard:platform"]
     return copy.deepcopy(data)
-
-
-def problems_of(data: dict[str, Any]) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        validate_platform(data, "stacks/Pulumi.test.yaml")
-    return [f"{p.path}: {p.reason}" for p in caught.value.problems]
 
 
 def test_the_main_stacks_leave_the_cache_off_and_declare_none_of_it() -> None:
