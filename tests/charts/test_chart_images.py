@@ -14,7 +14,6 @@ from tests.conftest import ROOT, STACKS, rendered, stack
 from trainyard.supply.bom import build_bom
 from trainyard.supply.chart_images import chart_images, rendered_images
 
-
 DATA_CACHE = str(ROOT / "tests" / "fixtures" / "stacks" / "Pulumi.data-cache.yaml")
 
 
