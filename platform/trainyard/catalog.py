@@ -189,6 +189,17 @@ _CNPG_CRDS = _crd_files(
     ),
 )
 
+# LeaderWorkerSet v0.8.0 ships its CRD only in the chart's crds/ directory (the Trainer chart's LWS
+# subchart); it is not in the CRD mirror. Blob of charts/lws/crds/ at v0.8.0, as ../shared/charts/SOURCES.md
+# verified every file of lws/v0.8.0 against the upstream tree. Found through CHART_CRD_DIRS.
+_LWS_CRDS = (
+    CrdFile(
+        "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+        "charts/lws/crds/leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+        "d9d88bb761cff300d14b47fd47087cc72253b822",
+    ),
+)
+
 # Ref: deployments/gpu-operator/crds/ at v26.7.0 (the files the chart's crds/ directory installs);
 # blob SHAs from ../shared/crds/SOURCES.md. The resource.nvidia.com CRDs belong to the bundled DRA
 # driver, which Trainyard does not use (device plugin, not DRA).
@@ -384,6 +395,22 @@ RELEASES: dict[tuple[str, str], Release] = {
             images=tuple((role, image) for role, image in GPU_OPERATOR_OPERANDS.items() if role != "operator"),
         ),
         Release(
+            # Installed as the Trainer chart's subchart when the data cache is on (config/data_cache.py):
+            # Trainer 2.3.0's Chart.yaml depends on lws 0.8.0, condition dataCache.enabled,dataCache.lws.install.
+            component="lws",
+            version="0.8.0",
+            repository="https://github.com/kubernetes-sigs/lws",
+            tag="v0.8.0",
+            crds=_LWS_CRDS,
+            # The released chart's image (the git copy's values say lws:main, pullPolicy Always;
+            # ../shared/charts/SOURCES.md "values.yaml image rewrites").
+            image=Image("registry.k8s.io", "lws/lws", "v0.8.0"),
+            # What Trainer's cache initializer runs in the LeaderWorkerSet it creates (values.yaml
+            # dataCache.cacheImage, tag = chart version) and the initializer image of the cache runtime.
+            images=(("data-cache", Image("ghcr.io", "kubeflow/trainer/data-cache", "v2.3.0")),
+                    ("dataset-initializer", Image("ghcr.io", "kubeflow/trainer/dataset-initializer", "v2.3.0"))),
+        ),
+        Release(
             component="prometheus_operator",
             version="0.93.0",
             repository="https://github.com/prometheus-operator/prometheus-operator",
@@ -398,7 +425,11 @@ RELEASES: dict[tuple[str, str], Release] = {
 MIRROR_DIRS: dict[str, str] = {"kueue": "kueue", "jobset": "jobset", "trainer": "kubeflow-trainer",
                                "minio": "minio-operator", "cnpg": "cloudnative-pg", "gpu_operator": "gpu-operator",
                                "prometheus_operator": "prometheus-operator", "kserve": "kserve",
-                               "cert_manager": "cert-manager"}
+                               "cert_manager": "cert-manager", "lws": "lws"}
+
+# CRDs upstream ships only inside a chart's crds/ directory: (component, version) -> that directory in a
+# chart mirror laid out like ../shared/charts. manifests/crds.py looks there after the CRD mirrors.
+CHART_CRD_DIRS: dict[tuple[str, str], str] = {("lws", "0.8.0"): "lws/v0.8.0/crds"}
 
 # A chart mirror (../shared/charts, TRAINYARD_CHARTS_DIR) holds each chart as
 # <dir>/<chart version>/, where <dir> is the chart's name except for these names, too generic

@@ -10,12 +10,14 @@ from __future__ import annotations
 import pytest
 
 from tests.charts.conftest import Renderers
-from tests.conftest import STACKS, rendered, stack
+from tests.conftest import ROOT, STACKS, rendered, stack
 from trainyard.supply.bom import build_bom
 from trainyard.supply.chart_images import chart_images, rendered_images
 
+DATA_CACHE = str(ROOT / "tests" / "fixtures" / "stacks" / "Pulumi.data-cache.yaml")
 
-@pytest.mark.parametrize("name", STACKS)
+
+@pytest.mark.parametrize("name", [*STACKS, DATA_CACHE], ids=[*STACKS, "data-cache"])
 def test_template_derived_chart_images_equal_the_rendered_ones(name: str, renderers: Renderers) -> None:
     for release in rendered(name).releases:
         derived = chart_images(release)

@@ -130,6 +130,16 @@ def private_cluster(state_dir: Path, with_fake_nodes: bool = True) -> Iterator[C
         plane.down()
 
 
+@contextmanager
+def bare_api_server(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Cluster]:
+    """A private control plane without controllers or fake nodes (admission and API tests); skips when not built."""
+    problem = tools_problem("etcd", "kube-apiserver")  # no Pulumi engine needed
+    if problem is not None:
+        pytest.skip(problem)
+    with private_cluster(tmp_path_factory.mktemp(name), with_fake_nodes=False) as running:
+        yield running
+
+
 @pytest.fixture(scope="session")
 def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
     problem = tools_problem()

@@ -64,6 +64,15 @@ def _crd(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return next(o for o in objects if o["kind"] == "CustomResourceDefinition")
 
 
+def _cache_initializer_binding(kind: str) -> dict[str, Any]:
+    """Upstream's cache-initializer ClusterRole bound by hand (prod has the data cache off)."""
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind,
+            "metadata": {"name": "kubeflow-trainer-cache-initializer"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "kubeflow-trainer-cache-initializer"},
+            "subjects": [{"kind": "ServiceAccount", "name": "kubeflow-trainer-cache-initializer", "namespace": TENANT_NS}]}
+
+
 SECURE = {"allowPrivilegeEscalation": False, "runAsNonRoot": True}
 def isvc(runtime: str = "vllm-openai", uri: str = f"s3://{TENANT_NS}-models/mlflow/1/run/artifacts/model",
          labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -133,6 +142,7 @@ CASES: dict[str, Case] = {
                                          [_tenant_namespace("x"), _namespace_named(objs, "gpu-operator")]),
     "psa-exception-exclusive": lambda objs: (
         [*objs, _claiming_exception("x"), with_change(pod(), "metadata.namespace", "gpu-operator")], objs),
+    "data-cache-rbac-scoped": lambda objs: ([*objs, _cache_initializer_binding("ClusterRoleBinding")], objs),
     "no-exposed-services": lambda _: ([_service("LoadBalancer")], [_service("ClusterIP")]),
     "netpol-no-internet-egress": lambda _: ([_egress_policy({"ipBlock": {"cidr": "0.0.0.0/0"}})],
                                             [_egress_policy({"ipBlock": {"cidr": "10.20.0.0/16"}})]),

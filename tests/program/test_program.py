@@ -82,6 +82,14 @@ def registry_filled_lock(directory: Path) -> Path:
     return path
 
 
+DATA_CACHE = str(ROOT / "tests" / "fixtures" / "stacks" / "Pulumi.data-cache.yaml")
+
+
+def stack_file(stack: str) -> Path:
+    """A stack name (stacks/Pulumi.<name>.yaml) or the path of a fixture stack."""
+    return Path(stack) if "/" in stack else ROOT / "stacks" / f"Pulumi.{stack}.yaml"
+
+
 def run_program(stack: str, monkeypatch: pytest.MonkeyPatch,
                 lock: str = "registry-filled") -> tuple[Registered, dict[str, dict[str, Any]]]:
     registered = Registered()
@@ -96,11 +104,12 @@ def run_program(stack: str, monkeypatch: pytest.MonkeyPatch,
         original(self, manifest, opts)
 
     monkeypatch.setattr(KubernetesObject, "__init__", recording_init)
-    platform_config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]["trainyard:platform"]
+    platform_config = yaml.safe_load(stack_file(stack).read_text())["config"]["trainyard:platform"]
     if lock == "registry-filled":
         lock_dir = Path(tempfile.mkdtemp(prefix="trainyard-lock-"))
         platform_config.setdefault("images", {})["lock_file"] = str(registry_filled_lock(lock_dir))
-    pulumi.runtime.set_mocks(Mocks(registered), project="trainyard", stack=stack, preview=False)
+    pulumi.runtime.set_mocks(Mocks(registered), project="trainyard", stack=stack_file(stack).stem.removeprefix("Pulumi."),
+                             preview=False)
     pulumi.runtime.set_all_config({"trainyard:platform": json.dumps(platform_config)})
 
     @pulumi.runtime.test
@@ -116,7 +125,7 @@ def manifest_key(obj: dict[str, Any]) -> str:
     return f"{type_token(obj)}:{meta.get('namespace', '')}/{meta['name']}"
 
 
-@pytest.mark.parametrize("stack", ["local", "prod"])
+@pytest.mark.parametrize("stack", ["local", "prod", DATA_CACHE], ids=["local", "prod", "data-cache"])
 def test_registered_kubernetes_resources_are_exactly_the_rendered_manifests(stack: str, monkeypatch: pytest.MonkeyPatch) -> None:
     platform = rendered(stack)
     registered, _ = run_program(stack, monkeypatch)

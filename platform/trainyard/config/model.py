@@ -519,8 +519,9 @@ class Rehearsal(Model):
         "seaweedfs and minio name the object store's charts.")
 
 
-# security.py, multikueue.py, mlflow.py, monitoring.py, object_store.py, serving.py and lineage.py build on Model and the name
-# types above, so they are imported here.
+# security.py, multikueue.py, mlflow.py, monitoring.py, object_store.py, serving.py, lineage.py and data_cache.py
+# build on Model and the name types above, so they are imported here.
+from trainyard.config.data_cache import DataCache, validate_data_cache  # noqa: E402
 from trainyard.config.lineage import Lineage  # noqa: E402
 from trainyard.config.mlflow import Mlflow  # noqa: E402
 from trainyard.config.monitoring import Monitoring  # noqa: E402
@@ -559,6 +560,8 @@ class PlatformConfig(Model):
     mlflow: Mlflow = Field(default=Mlflow(), description="MLflow tracking server and model registry.")
     serving: Serving | None = Field(default=None, description="Model serving (KServe); unset = no serving on this stack.")
     lineage: Lineage = Field(default=Lineage(), description="Approved datasets and base models TrainJobs may initialise from.")
+    data_cache: DataCache = Field(default=DataCache(), description="Trainer's distributed data cache (cache:// "
+                                  "datasets on LeaderWorkerSet); off by default. See docs/components/data-cache.md.")
 
     def pool(self, name: str) -> GpuPool:
         return next(p for p in self.gpu_pools if p.name == name)
@@ -690,6 +693,11 @@ class PlatformConfig(Model):
                                                      f"(they carry {MLFLOW_POD_LABELS})")
         return self
 
+
+    @model_validator(mode="after")
+    def _data_cache(self) -> PlatformConfig:
+        validate_data_cache(self)
+        return self
 
     def _check_gpu_stack(self) -> None:
         """Sharing needs the operator; the operator's and monitoring's namespaces are no tenant's."""

@@ -16,6 +16,7 @@ from trainyard.manifests import (
     admission,
     cert_manager,
     crds,
+    data_cache,
     gpu_operator,
     installs,
     kueue,
@@ -52,6 +53,8 @@ def crd_components(config: PlatformConfig) -> list[tuple[str, str]]:
         out.append(("kserve", config.versions.kserve))
     if config.gpu_operator is not None:
         out.append(("gpu_operator", config.gpu_operator.version))
+    if config.data_cache.enabled:
+        out.append(("lws", data_cache.lws_version(config)))
     if config.monitoring.enabled and config.monitoring.declare_crds:
         out.append(("prometheus_operator", config.versions.prometheus_operator))
     out += object_store.crd_components(config)
@@ -115,6 +118,7 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
             kueue.build(config),
             multikueue.build(config),
             runtimes.build(config, root, lock),
+            data_cache.build(config, root, lock),
             admission.build(config),
             tenants.build(config),
             runtimes.build_tenant_wiring(config),

@@ -5,8 +5,10 @@ whichever way it arrived: a mirror that drifted from upstream is an error, not a
 on the cluster.
 
 Lookup order: the stack's ``crds.mirror_dir``; ``$TRAINYARD_CRDS_DIR``; the download cache
-(``$XDG_CACHE_HOME/trainyard/crds``); the upstream release (only when ``crds.source`` is
-``release``), saved into the cache. All three share the layout ``<component>/v<version>/<file>``.
+(``$XDG_CACHE_HOME/trainyard/crds``); for a CRD upstream ships only in a chart's ``crds/``
+directory (LeaderWorkerSet), the chart mirror (``catalog.CHART_CRD_DIRS``); the upstream release
+(only when ``crds.source`` is ``release``), saved into the cache. The first three share the layout
+``<component>/v<version>/<file>``.
 """
 
 from __future__ import annotations
@@ -52,6 +54,19 @@ def mirror_dirs(config: PlatformConfig, stack_dir: Path | None) -> list[Path]:
         dirs.append(Path(env))
     dirs.append(cache_dir())
     return dirs
+
+
+def chart_crd_paths(release: catalog.Release, crd: catalog.CrdFile) -> list[Path]:
+    """Where a chart mirror (``$TRAINYARD_CHARTS_DIR``, else ../shared/charts) keeps a CRD that upstream ships
+    only in a chart's ``crds/`` directory (``catalog.CHART_CRD_DIRS``); empty for every other CRD."""
+    directory = catalog.CHART_CRD_DIRS.get((release.component, release.version))
+    if directory is None:
+        return []
+    from trainyard.config.load import project_root
+
+    env = os.environ.get("TRAINYARD_CHARTS_DIR")
+    charts = Path(env) if env else project_root().parent / "shared" / "charts"
+    return [charts / directory / crd.name]
 
 
 def load_crds(config: PlatformConfig, components: list[tuple[str, str]], stack_dir: Path | None = None) -> list[Manifest]:
@@ -100,8 +115,8 @@ def _as_json(doc: Any) -> str | None:
 def _read_verified(config: PlatformConfig, release: catalog.Release, crd: catalog.CrdFile,
                    stack_dir: Path | None) -> bytes:
     relative = Path(catalog.MIRROR_DIRS[release.component]) / f"v{release.version}" / crd.name
-    for directory in mirror_dirs(config, stack_dir):
-        path = directory / relative
+    candidates = [directory / relative for directory in mirror_dirs(config, stack_dir)]
+    for path in [*candidates, *chart_crd_paths(release, crd)]:
         if path.is_file():
             content = path.read_bytes()
             if git_blob_sha(content) != crd.blob_sha:

@@ -13,7 +13,7 @@ import yaml
 
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import kueue
+from trainyard.manifests import data_cache, kueue
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import Manifest, metadata
 from trainyard.supply.lock import ImageLock
@@ -147,6 +147,8 @@ def releases(config: PlatformConfig, lock: ImageLock | None = None) -> list[Char
             # Only the runtimes reviewed in runtimes/ are installed.
             "runtimes": {"defaultEnabled": False},
             "crds": {"enabled": False},
+            # With the data cache on: dataCache.enabled and the LWS subchart's image.
+            **data_cache.trainer_values(config, pins),
         }),
     ]
 

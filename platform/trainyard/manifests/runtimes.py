@@ -244,10 +244,16 @@ def approved_runtime(config: PlatformConfig, source: Manifest) -> Manifest:
 
 def build(config: PlatformConfig, root: Path, lock: ImageLock | None = None) -> Concern:
     """Runtimes: the approved ClusterTrainingRuntimes, loaded from the reviewed files."""
+    from trainyard.manifests import data_cache
+
     directory = root / config.runtimes.directory
-    return Concern("runtimes", objects=tuple(
-        approved_runtime(config, load_runtime(directory / f"{name}.yaml", config, lock))
-        for name in config.runtimes.approved))
+    pins = lock if lock is not None else ImageLock()
+    out = []
+    for name in config.runtimes.approved:
+        runtime = approved_runtime(config, load_runtime(directory / f"{name}.yaml", config, pins))
+        data_cache.wire_runtime(config, runtime, pins)  # the cache runtime only
+        out.append(runtime)
+    return Concern("runtimes", objects=tuple(out))
 
 
 def build_tenant_wiring(config: PlatformConfig) -> Concern:

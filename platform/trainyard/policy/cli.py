@@ -27,6 +27,7 @@ from trainyard.cli import EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
 from trainyard.config.load import YamlLoader, yaml_shape_problem
 from trainyard.manifests.gpu_operator import pod_security_exceptions
 from trainyard.manifests.meta import Manifest
+from trainyard.policy.data_cache import reviewed_exceptions as data_cache_exceptions
 from trainyard.project import open_stack
 
 if TYPE_CHECKING:
@@ -196,6 +197,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     for exception in pod_security_exceptions(stack.config):
         print(f"reviewed exception: Namespace/{exception.namespace} enforces Pod Security {exception.level} "
               f"({exception.reason})")
+    for text in data_cache_exceptions(stack.config):
+        print(f"reviewed exception: {text}")
     return EXIT_VIOLATIONS if mandatory else EXIT_OK
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from trainyard.policy import (
+    data_cache,
     exposure,
     lineage,
     mlflow,
@@ -18,7 +19,7 @@ from trainyard.policy import (
 from trainyard.policy.model import Rule
 
 RULES: tuple[Rule, ...] = (*workloads.RULES, *trainjobs.RULES, *lineage.RULES, *mlflow.RULES, *tenancy.RULES,
-                           *exposure.RULES, *serving.RULES, *queueing.RULES, *object_store.RULES, *stackwide.RULES,
-                           *supply.RULES)
+                           *data_cache.RULES, *exposure.RULES, *serving.RULES, *queueing.RULES, *object_store.RULES,
+                           *stackwide.RULES, *supply.RULES)
 RULE_IDS = frozenset(rule.id for rule in RULES)
 RULES_BY_ID = {rule.id: rule for rule in RULES}

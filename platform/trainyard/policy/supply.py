@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from trainyard import catalog
+from trainyard.config.data_cache import LWS_FOR_TRAINER
 from trainyard.manifests.meta import APPROVED_RUNTIME_LABEL, Manifest
 from trainyard.policy.model import Context, stack_rule
 from trainyard.policy.pods import containers, dig
@@ -27,6 +28,8 @@ def catalog_images(ctx: Context) -> set[str]:
     components |= {(r.component, r.version) for r in ctx.releases}
     if ctx.config.gpu_operator is not None:  # its release is named gpu-operator, its catalog entry gpu_operator
         components.add(("gpu_operator", ctx.config.gpu_operator.version))
+    if ctx.config.data_cache.enabled:  # LWS comes as the Trainer chart's subchart, not a release of its own
+        components.add(("lws", LWS_FOR_TRAINER[ctx.config.versions.trainer]))
     out = set()
     for key in components:
         release = catalog.RELEASES.get(key)

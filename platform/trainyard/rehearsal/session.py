@@ -202,11 +202,13 @@ class Rehearsal:
     def trainjob(self, job: Job) -> Manifest:
         return trainjob_for(self.config, job)
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: Job) -> Manifest:
+        """Create ``job``'s TrainJob (as the tenant's SDK does, where the scenario says so); the created object."""
         if job.submitted_by == "sdk":
             self.tenant_sdk(job.tenant).submit(self.config, job)
-        else:
-            self.kube.create(self.trainjob(job))
+            created: Manifest = self.kube.get("trainjobs.trainer.kubeflow.org", job.name, self.namespace_of(job.tenant))
+            return created
+        return self.kube.create(self.trainjob(job))
 
     def tenant_sdk(self, tenant: str) -> TenantSdk:
         """The Kubeflow SDK as a member of ``tenant`` (one client per tenant, made on first use)."""

@@ -135,7 +135,25 @@ def _trainer_modes(config: PlatformConfig, rendered: charts.RenderedChart) -> li
     # The bundled JobSet subchart (jobset.install) would bring a second JobSet controller.
     problems += [f"bundled JobSet installed: {object_id(o)}" for o in rendered.objects
                  if o["kind"] == "Deployment" and "jobset" in o["metadata"]["name"]]
-    return problems
+    return problems + _data_cache_modes(config, rendered)
+
+
+def _data_cache_modes(config: PlatformConfig, rendered: charts.RenderedChart) -> list[str]:
+    """With the data cache on, one LWS controller (the subchart's) and the initializer's ClusterRole; off, neither.
+
+    Ref: charts/kubeflow-trainer templates/data-cache/cluster-role.yaml; lws templates/manager/deployment.yaml
+    (``<fullname>-controller-manager``; fullname ``<release>-lws``: the parent's ``dataCache.lws.fullnameOverride``
+    is not a subchart value, which Helm reads under ``lws:`` only).
+    """
+    from trainyard.manifests.data_cache import CHART_CLUSTER_ROLE
+
+    lws = [o for o in rendered.objects
+           if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("lws-controller-manager")]
+    role = [o for o in rendered.objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == CHART_CLUSTER_ROLE]
+    if not config.data_cache.enabled:
+        return [f"data cache off, but the chart installs {object_id(o)}" for o in lws + role]
+    problems = [] if len(lws) == 1 else [f"data cache on: expected one LWS controller Deployment, found {len(lws)}"]
+    return problems + ([] if role else [f"data cache on: the chart renders no ClusterRole {CHART_CLUSTER_ROLE}"])
 
 
 # Per chart name: what Trainyard switches on or off there. A chart added later adds its own.

@@ -33,7 +33,7 @@ import yaml
 
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import RenderedPlatform, crd_components, image_lock
+from trainyard.manifests import RenderedPlatform, crd_components, data_cache, image_lock
 from trainyard.manifests.installs import upstream_image
 from trainyard.policy.pods import containers
 from trainyard.project import Stack
@@ -140,6 +140,8 @@ def runtime_images(rendered: RenderedPlatform) -> list[tuple[str, ImageRef]]:
             image = container.container.get("image")
             if isinstance(image, str):
                 out.append((obj["metadata"]["name"], ImageRef.parse(image)))
+        # Images a runtime passes on in its environment (the cache runtime's CACHE_IMAGE).
+        out += [(obj["metadata"]["name"], ImageRef.parse(image)) for image in data_cache.runtime_image_env(obj)]
     return out
 
 

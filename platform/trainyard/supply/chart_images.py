@@ -65,12 +65,16 @@ def _trainer_2_3(values: Mapping[str, Any]) -> tuple[list[str], str]:
     registry = image.get("registry") or "docker.io"
     ref = f"{image['repository']}:{image['tag']}" if registry == "docker.io" else \
         f"{registry}/{image['repository']}:{image['tag']}"
-    notes = []
+    notes, images = [], [ref]
     if _get(values, "runtimes", "defaultEnabled") is not False:
         notes.append("built-in runtimes may be on: their installer and runtime images are not derived here")
     if _get(values, "dataCache", "enabled"):
-        notes.append("dataCache adds the data-cache image (not derived here)")
-    return [ref], "; ".join(notes) or "built-in runtimes and data cache off"
+        # The LWS subchart (condition dataCache.enabled,...): lws templates/manager/deployment.yaml
+        # ("{{ .Values.image.manager.repository }}:{{ .Values.image.manager.tag | default .Chart.AppVersion }}").
+        manager = _get(values, "lws", "image", "manager") or {}
+        images.append(f"{manager.get('repository')}:{manager.get('tag')}")
+        notes.append("data cache on: the LWS subchart's controller; the data-cache image is the cache runtime's")
+    return images, "; ".join(notes) or "built-in runtimes and data cache off"
 
 
 def _kserve_resources_0_20(values: Mapping[str, Any]) -> tuple[list[str], str]:
