@@ -48,7 +48,8 @@ def test_the_main_stacks_leave_the_cache_off_and_declare_none_of_it() -> None:
     (lambda d: d["data_cache"]["credentials"].update(
         mode="web-identity", tenant_roles={"eval": "role/eval"}),
      "data_cache.credentials.tenant_roles.eval", "is not an IAM role ARN"),
-    (lambda d: d["security"]["network"].pop("object_store"), "data_cache.credentials.mode",
+    (lambda d: (d.pop("object_store"), d["security"]["network"].pop("object_store", None), d.pop("serving"),
+                d["mlflow"].update(enabled=False)), "data_cache.credentials.mode",
      "only a stack with an object store delivers"),
     (lambda d: d["runtimes"]["approved"].remove(CACHE_RUNTIME), "runtimes.approved", "list it here"),
     (lambda d: d["data_cache"].update(enabled=False), "runtimes.approved[3]", "needs the data cache"),

@@ -141,7 +141,7 @@ def validate_data_cache(config: PlatformConfig) -> None:
     else:
         if credentials.tenant_roles:
             raise FieldError((*where, "credentials", "tenant_roles"), "only used with mode web-identity")
-        if config.security.network.object_store is None:
+        if config.object_store is None and config.security.network.object_store is None:
             raise FieldError((*where, "credentials", "mode"),
                              "tenant-secret gives the cache pods the tenant's trainyard-object-store Secret, which "
-                             "only a stack with an object store delivers (security.network.object_store)")
+                             "only a stack with an object store delivers (object_store, or security.network.object_store)")
