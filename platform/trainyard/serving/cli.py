@@ -17,6 +17,7 @@ from trainyard.serving.promote import (
     PromoteError,
     Resources,
     apply,
+    base_from_tags,
     inference_service,
     resolve,
     to_file,
@@ -54,7 +55,8 @@ def _cmd_promote(args: argparse.Namespace) -> int:
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     try:
         ref = resolve(client, args.model, args.version, args.alias)
-        base = _model_ref(client, args.base_model) if args.base_model else None
+        # An adapter the lab's program registered names its base model in its tags (docs/lab.md).
+        base = _model_ref(client, args.base_model) if args.base_model else base_from_tags(ref)
         name = args.name or args.model.lower().replace("_", "-").replace(".", "-")
         isvc = inference_service(config, stack.root, tenant, ref, name=name, runtime=args.runtime,
                                  resources=Resources(gpus=args.gpus, cpu=args.cpu, memory=args.memory),
@@ -97,7 +99,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     which.add_argument("--version", help="model version number")
     which.add_argument("--alias", help="model version alias (e.g. champion)")
     cmd.add_argument("--base-model", metavar="NAME:VERSION|NAME@ALIAS",
-                     help="the promoted version is a LoRA adapter: serve it on this registered base model")
+                     help="the promoted version is a LoRA adapter: serve it on this registered base model (default: the base model the version's trainyard.base_model.* tags name, as the lab's lora-peft program registers them)")
     cmd.add_argument("--name", help="InferenceService name (default: the model name)")
     cmd.add_argument("--runtime", help="approved ClusterServingRuntime (default: the stack's serving.default_runtime)")
     cmd.add_argument("--gpus", type=int, default=1, help="nvidia.com/gpu limit (default 1; 0 for CPU)")

@@ -21,7 +21,8 @@ Who approves what: see docs/promotion.md.
 from __future__ import annotations
 
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,8 @@ class ModelRef:
     version: str
     alias: str | None
     location: str
+    tags: Mapping[str, str] = field(default_factory=dict)
+    registered: bool = True  # False: a base model named by an adapter's tags, not a registry version
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,23 @@ def resolve(client: Any, name: str, version: str | None, alias: str | None) -> M
         location = client.get_model_version_download_uri(name, mv.version)
     except MlflowException as exc:
         raise PromoteError(f"model registry: {exc.message}") from None
-    return ModelRef(name=name, version=str(mv.version), alias=alias, location=str(location))
+    return ModelRef(name=name, version=str(mv.version), alias=alias, location=str(location),
+                    tags={str(k): str(v) for k, v in (getattr(mv, "tags", None) or {}).items()})
+
+
+# The tags the lab's reference program puts on the adapter version it registers (docs/lab.md, "Handover contract").
+BASE_MODEL_URI_TAG = "trainyard.base_model.uri"
+BASE_MODEL_NAME_TAG = "trainyard.base_model.name"
+BASE_MODEL_REVISION_TAG = "trainyard.base_model.revision"
+
+
+def base_from_tags(ref: ModelRef) -> ModelRef | None:
+    """The base model an adapter version names in its tags (an approved entry's directory and revision), if any."""
+    uri = ref.tags.get(BASE_MODEL_URI_TAG)
+    if not uri:
+        return None
+    return ModelRef(name=ref.tags.get(BASE_MODEL_NAME_TAG, "base-model"), version=ref.tags.get(BASE_MODEL_REVISION_TAG, ""),
+                    alias=None, location=uri, registered=False)
 
 
 def storage_uri(config: PlatformConfig, tenant: Tenant, ref: ModelRef) -> str:
@@ -160,8 +179,10 @@ def inference_service(config: PlatformConfig, root: Path, tenant: Tenant, ref: M
 
 def to_file(isvc: Manifest, ref: ModelRef, base: ModelRef | None) -> str:
     origin = f"models:/{ref.name}/{ref.version}" + (f" (alias {ref.alias})" if ref.alias else "")
-    if base is not None:
+    if base is not None and base.registered:
         origin += f", LoRA adapter on models:/{base.name}/{base.version}"
+    elif base is not None:
+        origin += f", LoRA adapter on {base.name} at {base.location} (revision {base.version}, from the version's tags)"
     header = (f"# Written by `trainyard promote` from {origin}.\n"
               "# Review it like any manifest: `trainyard check STACK FILE`; apply with `trainyard promote ... --apply`\n"
               "# or `kubectl apply --server-side -f FILE` with the tenant's credentials.\n")
