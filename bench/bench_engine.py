@@ -19,6 +19,7 @@ picks stacks. Slow: the 200-tenant stack takes a quarter of an hour or more on 2
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import os
 import re
@@ -117,7 +118,8 @@ def bench_stack(name: str, document: dict[str, Any], repo: Path, base: Path) -> 
     session = Rehearsal(open_stack(str(stack_file), ROOT), settings, env=env)
     rows = [Row(name, "first apply", len(objects)), Row(name, "no-op apply", len(objects))]
     try:
-        session.up()
+        with contextlib.redirect_stdout(sys.stderr):  # the rehearsal's progress lines; the table goes to stdout
+            session.up()
         kube = settings.kube()
         rows[0].load = load()
         rows[0].ssa = server_side_apply(kube, objects).seconds
@@ -127,7 +129,8 @@ def bench_stack(name: str, document: dict[str, Any], repo: Path, base: Path) -> 
         rows[1].load = load()
         rows[1].pulumi_wall, rows[1].pulumi_engine = pulumi_up(repo, env, stack_file, "--expect-no-changes")
     finally:
-        session.down(purge=True)
+        with contextlib.redirect_stdout(sys.stderr):
+            session.down(purge=True)
     return rows
 
 
