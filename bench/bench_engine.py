@@ -50,13 +50,17 @@ NODES_PER_TENANT = 10
 ENGINE_TIME = re.compile(r"engine time (\d+) ms")
 
 
-def scaled_local_stack(tenants: int) -> dict[str, Any]:
-    """The local stack with ``tenants`` tenants on its two fake pools, 10 nodes per tenant in all."""
+def scaled_local_stack(tenants: int, nodes_per_tenant: int = NODES_PER_TENANT) -> dict[str, Any]:
+    """The local stack with ``tenants`` tenants on its two fake pools, ``nodes_per_tenant`` nodes per tenant in all.
+
+    The node count changes no platform object (a pool is one ResourceFlavor whatever its size), only
+    the fake Nodes the rehearsal cluster carries.
+    """
     document = yaml.safe_load((ROOT / "stacks" / "Pulumi.local.yaml").read_text())
     platform = document["config"]["trainyard:platform"]
     pools = {p["name"]: p for p in platform["gpu_pools"]}
     a100, l4 = pools["fake-a100"], pools["fake-l4"]
-    a100["nodes"], l4["nodes"] = tenants * NODES_PER_TENANT // 2, tenants * NODES_PER_TENANT // 2
+    a100["nodes"] = l4["nodes"] = max(1, tenants * nodes_per_tenant // 2)
     template = platform["tenants"][0]
     platform["tenants"] = []
     for t in range(tenants):
@@ -138,6 +142,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="local,5,50,200", help="comma-separated: local and/or tenant counts")
     parser.add_argument("--repo", type=Path, default=ROOT, help="checkout whose tools/pulumi-local.sh and program run")
+    parser.add_argument("--nodes-per-tenant", type=int, default=NODES_PER_TENANT,
+                        help="fake nodes per tenant (the rehearsal sets up each node with two kubectl calls: "
+                             "2,000 nodes take longer than the benchmark itself on a loaded machine)")
     parser.add_argument("--skip-without-tools", action="store_true",
                         help="print why and exit 0 when the tools are not built (make bench on a fresh clone)")
     args = parser.parse_args()
@@ -157,7 +164,7 @@ def main() -> None:
                 document = yaml.safe_load((ROOT / "stacks" / "Pulumi.local.yaml").read_text())
                 name = "local"
             else:
-                document, name = scaled_local_stack(int(size)), f"tenants-{int(size)}"
+                document, name = scaled_local_stack(int(size), args.nodes_per_tenant), f"tenants-{int(size)}"
             for row in bench_stack(name, document, args.repo.resolve(), Path(tmp)):
                 print(row.line(), flush=True)
 
