@@ -93,6 +93,11 @@ class Row:
                 f"| {cell(self.ssa)} | {ratio} | {self.load} |")
 
 
+def progress(message: str) -> None:
+    """A measurement as soon as it is made (stderr), so a run cut short still tells what it measured."""
+    print(f"    {message} (load {load()})", file=sys.stderr, flush=True)
+
+
 def load() -> str:
     return " ".join(f"{v:.1f}" for v in os.getloadavg())
 
@@ -128,8 +133,10 @@ def bench_stack(name: str, document: dict[str, Any], repo: Path, base: Path) -> 
         rows[0].load = load()
         rows[0].ssa = server_side_apply(kube, objects).seconds
         rows[1].ssa = server_side_apply(kube, objects).seconds
+        progress(f"{name}: server-side apply {rows[0].ssa:.1f} s, again {rows[1].ssa:.1f} s ({len(objects)} objects)")
         remove_applied(kube, objects)
         rows[0].pulumi_wall, rows[0].pulumi_engine = pulumi_up(repo, env, stack_file)
+        progress(f"{name}: first pulumi up {rows[0].pulumi_wall:.1f} s (engine {rows[0].pulumi_engine} s)")
         rows[1].load = load()
         rows[1].pulumi_wall, rows[1].pulumi_engine = pulumi_up(repo, env, stack_file, "--expect-no-changes")
     finally:
