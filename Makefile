@@ -70,12 +70,19 @@ check: setup ## Policy check of a stack
 	$(BIN)/trainyard check $(STACK)
 
 .PHONY: bench
-bench: setup ## Benchmarks (print figures; never part of the tests)
+bench: setup ## Benchmarks (print figures; never part of the tests); the engine one for the local stack only (make bench-engine: all sizes)
 	$(BIN)/python bench/bench_render.py
 	$(BIN)/python bench/bench_cli.py
 	@if [ -x "$(TRAINYARD_TOOLS_DIR)/lab-torch-$$(sed -n 's/^torch==//p' runtimes/programs/requirements.txt)/bin/python" ]; then \
 	  "$(TRAINYARD_TOOLS_DIR)/lab-torch-$$(sed -n 's/^torch==//p' runtimes/programs/requirements.txt)/bin/python" bench/bench_lora_gpu.py; fi
 	@if [ -f bench/bench_diff.py ]; then $(BIN)/python bench/bench_diff.py; fi
+	$(BIN)/python bench/bench_engine.py --sizes local --skip-without-tools
+
+# Slow (a rehearsal cluster per stack size; the 200-tenant stack alone takes 15+ min on 2 cores).
+BENCH_SIZES ?= local,5,50,200
+.PHONY: bench-engine
+bench-engine: tools setup ## `pulumi up` next to a server-side apply of the same objects (BENCH_SIZES=local,5,50,200); prints a table
+	$(BIN)/python bench/bench_engine.py --sizes $(BENCH_SIZES)
 
 .PHONY: bench-admission
 bench-admission: cluster-up ## Admission benchmark on the rehearsal cluster: 1,000 TrainJobs vs batch Jobs (JOBS=N; prints figures)

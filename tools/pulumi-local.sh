@@ -22,6 +22,10 @@
 # Pulumi config secret trainyard:KEY (`pulumi config set --secret`, value on stdin, so it is only
 # ever in the stack file encrypted); used for a MultiKueue manager's worker kubeconfigs.
 # See docs/rehearsal.md.
+# Checkpoints: Pulumi writes the whole state after every resource step unless
+# PULUMI_SKIP_CHECKPOINTS=true; this script sets it (only the final state is written; the
+# per-step cost grows with the state's size, so the total with the square of the stack's).
+# PULUMI_SKIP_CHECKPOINTS=false keeps the per-step checkpoints. See docs/rehearsal.md, "Engine speed".
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -72,6 +76,11 @@ prepare_env() {
   unset PULUMI_CONFIG_PASSPHRASE
   export PULUMI_SKIP_UPDATE_CHECK=true
   export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=true
+  # Only the final state is saved (pulumi/pulumi#10668): a per-step checkpoint serialises and
+  # writes the whole state (7 MB for the local stack, mostly the CRDs) twice per resource. What a
+  # crash then loses is this run's record of what it did; the provider's server-side apply upserts,
+  # so the next `up` adopts what was created and re-applies the rest (docs/rehearsal.md).
+  export PULUMI_SKIP_CHECKPOINTS="${PULUMI_SKIP_CHECKPOINTS:-true}"
   unset PULUMI_IGNORE_AMBIENT_PLUGINS
   # The upstream CRD mirror next to the repo, if there is one (else the program uses its cache
   # or downloads the pinned release files).
@@ -149,6 +158,15 @@ set_config_secrets() {
 # The cluster's identity: the UID of its kube-system namespace.
 cluster_uid() { "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG" get namespace kube-system -o 'jsonpath={.metadata.uid}'; }
 
+# The control plane is up and healthy (what `trainyard cluster status` checks, without its CLI's imports).
+cluster_healthy() {
+  "$VENV/bin/python" - <<'EOF'
+import sys
+from trainyard.rehearsal.cluster import ControlPlane, Settings
+sys.exit(0 if ControlPlane(Settings.from_env()).healthy() else 1)
+EOF
+}
+
 ensure_cluster() {
   local stack="$1"
   # A cluster someone else runs (tools/kind-up.sh: kind) is used as it is.
@@ -156,7 +174,7 @@ ensure_cluster() {
     log "==> cluster: external ($KUBECONFIG)"
     return 0
   fi
-  if "$VENV/bin/trainyard" cluster status >/dev/null 2>&1; then
+  if cluster_healthy >/dev/null 2>&1; then
     log "==> cluster: up ($KUBECONFIG)"
     return 0
   fi
@@ -176,7 +194,9 @@ main() {
   [[ "$stack" =~ ^[A-Za-z0-9_.-]+$ ]] || die "bad stack name '$stack' (a name like local, not a path)"
 
   [[ -x "$VENV/bin/python" ]] || die "$VENV missing: run make setup"
-  "$REPO/tools/build.sh" --check >/dev/null 2>&1 || die "tools not built or stale: run make tools (tools/build.sh)"
+  # The engine's tools; `trainyard cluster up` checks the cluster's own when it has to start one.
+  "$REPO/tools/build.sh" --check pulumi pulumi-kubernetes >/dev/null 2>&1 \
+    || die "tools not built or stale: run make tools (tools/build.sh)"
   local src; src="$(source_stack_file "$stack")"
   [[ -f "$src" ]] || die "no stack file $src"
   local context; context="$(stack_context "$src")" || exit 2
@@ -188,7 +208,7 @@ main() {
   if [[ "$cmd" == env ]]; then
     local v
     for v in PATH KUBECONFIG PULUMI_HOME PULUMI_BACKEND_URL PULUMI_CONFIG_PASSPHRASE_FILE PULUMI_SKIP_UPDATE_CHECK \
-             PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION TRAINYARD_CRDS_DIR; do
+             PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION PULUMI_SKIP_CHECKPOINTS TRAINYARD_CRDS_DIR; do
       printf 'export %s=%q\n' "$v" "${!v}"
     done
     printf 'cd %q\n' "$run"

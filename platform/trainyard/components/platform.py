@@ -8,11 +8,17 @@ Children, in apply order:
   objects, then its Helm releases (skipped where the stack marks a controller external);
 - one ``Tenant`` per team: its namespace first, then what every concern puts inside it.
 
-Ordering is generic: every namespaced object waits for its Namespace wherever that is
-declared, and ``AFTER`` names the few concerns that must wait for another (objects that a
-controller's webhook validates wait for that controller). Every Kubernetes resource names
-the explicit provider built here; the project disables the default provider so nothing can
-reach an ambient cluster by accident.
+Ordering is generic and per object, not per component: a custom resource waits for the CRD
+of its own kind (not for every CRD), every namespaced object waits for its Namespace wherever
+that is declared, ``AFTER`` names the few concerns that must wait for another (objects that a
+controller's webhook validates wait for that controller), and a tenant's Namespace waits for
+the objects of ``TENANTS_AFTER`` except those labelled for another tenant (its own
+ClusterQueue, not all of them). Waiting for whole components made every object of the stack
+wait for the slowest CRD and every tenant for every other tenant's queue: the Python SDK sends
+a resource to the engine only once all its dependencies are done, so component-wide edges
+are barriers (docs/architecture.md, "Engine speed"). Every Kubernetes resource names the
+explicit provider built here; the project disables the default provider so nothing can reach
+an ambient cluster by accident.
 """
 
 from __future__ import annotations
@@ -31,11 +37,11 @@ from trainyard.manifests import RenderedPlatform, render_platform
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.lifecycle import holds_data
-from trainyard.manifests.meta import Manifest
+from trainyard.manifests.meta import TENANT_LABEL, Manifest
 
 TYPE_PREFIX = "trainyard:platform"
 
-# Concerns that must wait for others (besides the CRDs, which everything waits for).
+# Concerns that must wait for others (besides each object's own CRD and Namespace).
 # Kueue's and Trainer's webhooks validate queueing objects and runtimes.
 # MLflow's PostgreSQL Cluster and Database are admitted by the CloudNativePG operator's webhooks.
 # KServe's chart asks cert-manager for its webhook certificate, so it waits for cert-manager.
@@ -64,31 +70,69 @@ def _object(config: PlatformConfig, obj: Manifest, parent: pulumi.Resource, depe
     return KubernetesObject(props, _object_opts(config, obj, parent, depends_on, secret_fields))
 
 
-class Namespaces:
-    """The Namespace resources declared so far, so that any namespaced object can wait for its own."""
+def group_kind(obj: Manifest) -> tuple[str, str]:
+    """(API group, kind) of an object: what a CRD's ``spec.group`` and ``spec.names.kind`` declare."""
+    api_version: str = obj["apiVersion"]
+    return (api_version.split("/", 1)[0] if "/" in api_version else "", obj["kind"])
+
+
+def served_kind(crd: Manifest) -> tuple[str, str]:
+    """(API group, kind) of the objects a CRD serves."""
+    return (crd["spec"]["group"], crd["spec"]["names"]["kind"])
+
+
+def belongs_to_another_tenant(obj: Manifest, tenant: str) -> bool:
+    """An object labelled for a tenant other than ``tenant`` (another tenant's ClusterQueue)."""
+    owner = (obj["metadata"].get("labels") or {}).get(TENANT_LABEL)
+    return owner is not None and owner != tenant
+
+
+class Declared:
+    """What has been declared so far, so that each object waits for exactly what it needs.
+
+    A namespaced object waits for its Namespace; a custom resource for the CRD of its kind.
+    A custom resource of a kind no declared CRD serves (the cluster or a chart brings it)
+    waits for every CRD, as before.
+    """
 
     def __init__(self) -> None:
-        self._by_name: dict[str, pulumi.Resource] = {}
+        self._namespaces: dict[str, pulumi.Resource] = {}
+        self._crds: dict[tuple[str, str], pulumi.Resource] = {}
+        self._all_crds: list[pulumi.Resource] = []
 
-    def add(self, name: str, resource: pulumi.Resource) -> None:
-        self._by_name[name] = resource
+    def add(self, obj: Manifest, resource: pulumi.Resource) -> None:
+        if obj["kind"] == "Namespace":
+            self._namespaces[obj["metadata"]["name"]] = resource
+        if obj["kind"] == "CustomResourceDefinition":
+            self._crds[served_kind(obj)] = resource
+            self._all_crds.append(resource)
 
-    def of(self, obj: Manifest) -> list[pulumi.Resource]:
+    def crds(self) -> list[pulumi.Resource]:
+        return list(self._all_crds)
+
+    def needs(self, obj: Manifest) -> list[pulumi.Resource]:
         namespace = obj["metadata"].get("namespace")
-        return [self._by_name[namespace]] if namespace in self._by_name else []
+        needed = [self._namespaces[namespace]] if namespace in self._namespaces else []
+        group, _ = key = group_kind(obj)
+        if key in self._crds:
+            needed.append(self._crds[key])
+        elif "." in group and not group.endswith(".k8s.io"):
+            # Not a built-in API group, and no CRD of ours serves it: wait for all of them, as a component would.
+            needed += self._all_crds
+        return needed
 
 
 def _declare(config: PlatformConfig, objects: list[Manifest], parent: pulumi.Resource,
-             depends_on: list[pulumi.Resource], namespaces: Namespaces, generated: GeneratedValues) -> list[KubernetesObject]:
-    """Namespaces first, then every other object after its namespace; generated values substituted as secrets."""
-    declared: list[KubernetesObject] = []
-    for obj in (o for o in objects if o["kind"] == "Namespace"):
-        resource = _object(config, obj, parent, depends_on, generated)
-        namespaces.add(obj["metadata"]["name"], resource)
-        declared.append(resource)
-    for obj in (o for o in objects if o["kind"] != "Namespace"):
-        declared.append(_object(config, obj, parent, [*depends_on, *namespaces.of(obj)], generated))
-    return declared
+             depends_on: list[pulumi.Resource], declared: Declared,
+             generated: GeneratedValues) -> list[tuple[Manifest, KubernetesObject]]:
+    """Namespaces first, then every other object after what it needs (its namespace, its CRD);
+    generated values substituted as secrets."""
+    resources: list[tuple[Manifest, KubernetesObject]] = []
+    for obj in sorted(objects, key=lambda o: o["kind"] != "Namespace"):
+        resource = _object(config, obj, parent, [*depends_on, *declared.needs(obj)], generated)
+        declared.add(obj, resource)
+        resources.append((obj, resource))
+    return resources
 
 
 def chart_child_kind(type_: str) -> str:
@@ -137,12 +181,15 @@ def _title(concern: str) -> str:
 class ConcernGroup(pulumi.ComponentResource):
     """One concern's platform-level objects, then its chart releases (charts install with no CRDs at all)."""
 
-    def __init__(self, config: PlatformConfig, concern: Concern, namespaces: Namespaces, generated: GeneratedValues,
+    def __init__(self, config: PlatformConfig, concern: Concern, declared: Declared, generated: GeneratedValues,
                  opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource]) -> None:
         super().__init__(f"{TYPE_PREFIX}:{_title(concern.name)}", concern.name, None, opts)
         self._protect_chart_data = config.lifecycle.protect_data
-        self.resources: list[pulumi.Resource] = list(
-            _declare(config, list(concern.objects), self, depends_on, namespaces, generated))
+        self.declared = _declare(config, list(concern.objects), self, depends_on, declared, generated)
+        self.resources: list[pulumi.Resource] = [resource for _, resource in self.declared]
+        self.charts: list[pulumi.Resource] = []
+        # A chart may render custom resources of any kind: it waits for every CRD.
+        depends_on = [*depends_on, *declared.crds()]
         previous: list[pulumi.Resource] = []
         for release in concern.releases:
             if release.external:
@@ -153,10 +200,11 @@ class ConcernGroup(pulumi.ComponentResource):
             # webhooks serve the next one's objects.
             chart = self._chart(release, [*depends_on, *self.resources, *previous])
             previous = [chart]
+            self.charts.append(chart)
             self.resources.append(chart)
         # Objects that use what the charts run (a provisioning Job) wait for every chart of the concern.
-        self.resources += _declare(config, list(concern.after_releases), self, [*depends_on, *self.resources],
-                                   namespaces, generated)
+        self.resources += [resource for _, resource in _declare(
+            config, list(concern.after_releases), self, [*depends_on, *self.resources], declared, generated)]
         self.register_outputs({"count": len(self.resources),
                                "charts": [r.name for r in concern.releases if not r.external]})
 
@@ -184,12 +232,20 @@ class ConcernGroup(pulumi.ComponentResource):
 class Tenant(pulumi.ComponentResource):
     """A tenant namespace, and then everything every concern puts in it."""
 
-    def __init__(self, name: str, config: PlatformConfig, objects: list[Manifest], namespaces: Namespaces,
-                 generated: GeneratedValues, opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource]) -> None:
+    def __init__(self, name: str, config: PlatformConfig, objects: list[Manifest], declared: Declared,
+                 generated: GeneratedValues, opts: pulumi.ResourceOptions, guards: list[ConcernGroup]) -> None:
         super().__init__(f"{TYPE_PREFIX}:Tenant", name, None, opts)
-        self.resources = _declare(config, objects, self, depends_on, namespaces, generated)
-        namespace = next(o["metadata"]["name"] for o in objects if o["kind"] == "Namespace")
-        self.register_outputs({"namespace": namespace})
+        # The namespace (and through it everything in it) waits for the objects that guard it:
+        # the admission policies and the queueing objects, not other tenants' ClusterQueues.
+        before: list[pulumi.Resource] = [resource for group in guards for obj, resource in group.declared
+                                         if not belongs_to_another_tenant(obj, name)]
+        before += [chart for group in guards for chart in group.charts]
+        namespaces = [o for o in objects if o["kind"] == "Namespace"]
+        self.declared = _declare(config, namespaces, self, before, declared, generated)
+        self.declared += _declare(config, [o for o in objects if o["kind"] != "Namespace"], self, [], declared,
+                                  generated)
+        self.resources = [resource for _, resource in self.declared]
+        self.register_outputs({"namespace": namespaces[0]["metadata"]["name"]})
 
 
 class Platform(pulumi.ComponentResource):
@@ -207,23 +263,22 @@ class Platform(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         child = pulumi.ResourceOptions(parent=self, providers={"kubernetes": self.provider})
-        namespaces = Namespaces()
+        declared = Declared()
         # One generated value per name for the whole stack, whichever concern or tenant references it.
         self.generated = GeneratedValues(self, (spec for c in rendered.concerns for spec in c.generated))
 
-        self.crds = ConcernGroup(config, Concern("crds", objects=rendered.crds), namespaces, self.generated, child, [])
+        self.crds = ConcernGroup(config, Concern("crds", objects=rendered.crds), declared, self.generated, child, [])
         self.groups: dict[str, ConcernGroup] = {}
         for concern in rendered.concerns:
             if not concern.objects and not concern.releases and not concern.after_releases:
                 continue
             after = [self.groups[c] for c in AFTER.get(concern.name, ()) if c in self.groups]
             concern = multikueue.with_kubeconfigs(config, concern, root)  # noqa: PLW2901 - deploy-time secrets put in
-            self.groups[concern.name] = ConcernGroup(config, concern, namespaces, self.generated, child,
-                                                     [self.crds, *after])
+            self.groups[concern.name] = ConcernGroup(config, concern, declared, self.generated, child, list(after))
 
-        tenant_after: list[pulumi.Resource] = [self.crds, *(self.groups[c] for c in TENANTS_AFTER if c in self.groups)]
-        self.tenants = [Tenant(t.name, config, list(rendered.tenant_objects(t.name)), namespaces, self.generated, child,
-                               tenant_after)
+        guards = [self.groups[c] for c in TENANTS_AFTER if c in self.groups]
+        self.tenants = [Tenant(t.name, config, list(rendered.tenant_objects(t.name)), declared, self.generated, child,
+                               guards)
                         for t in config.tenants]
         self.register_outputs({
             "environment": config.environment,

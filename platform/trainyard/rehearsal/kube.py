@@ -72,14 +72,21 @@ class Kube:
         args = ["get", resource, name, "-o", "name", *(["-n", namespace] if namespace else [])]
         return self.run(*args, check=False).returncode == 0
 
-    def apply(self, objects: Iterable[Manifest], field_manager: str, server_side: bool = True) -> str:
+    def apply(self, objects: Iterable[Manifest], field_manager: str, server_side: bool = True,
+              timeout: float = 120) -> str:
         documents = "".join("---\n" + json.dumps(o) + "\n" for o in objects)
         if not documents:
             return ""
         args = ["apply", "-f", "-", f"--field-manager={field_manager}"]
         if server_side:
             args += ["--server-side", "--force-conflicts"]
-        return self.run(*args, stdin=documents).stdout
+        return self.run(*args, stdin=documents, timeout=timeout).stdout
+
+    def delete_objects(self, objects: Iterable[Manifest], timeout: float = 120) -> None:
+        """Delete these objects (those already gone are fine) and wait until they are."""
+        documents = "".join("---\n" + json.dumps(o) + "\n" for o in objects)
+        if documents:
+            self.run("delete", "-f", "-", "--ignore-not-found", "--wait=true", stdin=documents, timeout=timeout)
 
     def create(self, obj: Manifest) -> Manifest:
         created: Manifest = json.loads(self.run("create", "-f", "-", "-o", "json", stdin=json.dumps(obj)).stdout)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -33,7 +33,10 @@ from trainyard.config.model import PlatformConfig
 from trainyard.manifests import RenderedPlatform, installs, kueue
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import object_id
-from trainyard.schemas import SchemaNotFound, Validator
+
+if TYPE_CHECKING:
+    # Imported where used: jsonschema costs every `trainyard` command (this module registers `charts`) ~0.1 s.
+    from trainyard.schemas import Validator
 
 UNPINNED_TAGS = frozenset({"", "latest", "main", "master"})
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
@@ -181,6 +184,8 @@ class ChartTruth:
 
 def check_release(stack: str, config: PlatformConfig, platform: RenderedPlatform, release: ChartRelease,
                   renderer: charts.ChartRenderer, validator: Validator) -> ChartTruth:
+    from trainyard.schemas import SchemaNotFound
+
     rendered = renderer.render(release)
     images = sorted(set(images_of(list(rendered.objects))))
     probes = charts.probe_values(renderer, release)
@@ -231,6 +236,7 @@ def format_summary(truth: ChartTruth) -> str:
 def _cmd_charts(args: argparse.Namespace) -> int:
     from trainyard.cli import EXIT_OK, EXIT_VIOLATIONS, UsageError
     from trainyard.project import open_stack
+    from trainyard.schemas import Validator
 
     stack = open_stack(args.stack)
     platform = stack.render()

@@ -99,7 +99,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     which.add_argument("--version", help="model version number")
     which.add_argument("--alias", help="model version alias (e.g. champion)")
     cmd.add_argument("--base-model", metavar="NAME:VERSION|NAME@ALIAS",
-                     help="the promoted version is a LoRA adapter: serve it on this registered base model (default: the base model the version's trainyard.base_model.* tags name, as the lab's lora-peft program registers them)")
+                     help="the promoted version is a LoRA adapter: serve it on this registered base model "
+                          "(default: the base its trainyard.base_model.* tags name, as lora-peft registers them)")
     cmd.add_argument("--name", help="InferenceService name (default: the model name)")
     cmd.add_argument("--runtime", help="approved ClusterServingRuntime (default: the stack's serving.default_runtime)")
     cmd.add_argument("--gpus", type=int, default=1, help="nvidia.com/gpu limit (default 1; 0 for CPU)")

@@ -1,0 +1,130 @@
+"""What each registered object waits for: exactly what it needs, not whole components.
+
+The program runs under the SDK's mocks (as in test_program.py) and every Kubernetes object's
+``depends_on`` is recorded. A custom resource waits for the CRD of its kind and no other, a
+built-in object for no CRD, a namespaced object for its Namespace, a tenant's Namespace for the
+admission objects and the queueing objects except other tenants' ClusterQueues, and charts for
+every CRD (a chart may render any kind). docs/architecture.md, "Engine speed", says why.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+
+from tests.conftest import ROOT, rendered
+from tests.program.test_program import Mocks, Registered, manifest_key, registry_filled_lock
+from trainyard.components import platform as platform_component
+from trainyard.components.kubernetes_object import KubernetesObject
+
+Edges = dict[str, set[str]]
+
+
+def recorded_edges(stack: str, monkeypatch: pytest.MonkeyPatch) -> Edges:
+    """Every Kubernetes object's key -> the keys of what it was declared to depend on (charts as chart:NAME)."""
+    edges: Edges = {}
+    original_object = KubernetesObject.__init__
+    original_chart = platform_component.ConcernGroup._chart
+    original_group = platform_component.ConcernGroup.__init__
+
+    def key_of(resource: pulumi.Resource) -> str:
+        return str(getattr(resource, "trainyard_key", f"other:{type(resource).__name__}"))
+
+    def recording_object(self: KubernetesObject, manifest: dict[str, Any], opts: pulumi.ResourceOptions | None = None) -> None:
+        self.trainyard_key = manifest_key(manifest)  # type: ignore[attr-defined]
+        depends_on = list(opts.depends_on or []) if opts is not None else []  # type: ignore[arg-type]
+        edges[self.trainyard_key] = {key_of(d) for d in depends_on}  # type: ignore[attr-defined]
+        original_object(self, manifest, opts)
+
+    def recording_chart(self: platform_component.ConcernGroup, release: Any, depends_on: list[pulumi.Resource]) -> Any:
+        chart = original_chart(self, release, depends_on)
+        chart.trainyard_key = f"chart:{release.name}"
+        edges[chart.trainyard_key] = {key_of(d) for d in depends_on}
+        return chart
+
+    def recording_group(self: platform_component.ConcernGroup, config: Any, concern: Any, *args: Any) -> None:
+        self.trainyard_key = f"group:{concern.name}"  # type: ignore[attr-defined]
+        original_group(self, config, concern, *args)
+
+    monkeypatch.setattr(KubernetesObject, "__init__", recording_object)
+    monkeypatch.setattr(platform_component.ConcernGroup, "__init__", recording_group)
+    monkeypatch.setattr(platform_component.ConcernGroup, "_chart", recording_chart)
+    platform_config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]["trainyard:platform"]
+    platform_config.setdefault("images", {})
+    if stack == "prod":  # the program refuses placeholder digests on a stack that protects data
+        platform_config["images"]["lock_file"] = str(registry_filled_lock(Path(tempfile.mkdtemp(prefix="trainyard-lock-"))))
+    pulumi.runtime.set_mocks(Mocks(Registered()), project="trainyard", stack=stack, preview=False)
+    pulumi.runtime.set_all_config({"trainyard:platform": json.dumps(platform_config)})
+
+    @pulumi.runtime.test
+    def program() -> None:
+        runpy.run_path(str(ROOT / "platform" / "__main__.py"), run_name="__main__")
+
+    program()
+    return edges
+
+
+@pytest.fixture(scope="module")
+def local_edges() -> Edges:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        return recorded_edges("local", monkeypatch)
+
+
+def crd_keys(edges: Edges) -> set[str]:
+    return {k for k in edges if k.startswith("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition:")}
+
+
+def test_a_custom_resource_waits_for_the_crd_of_its_kind_and_no_other(local_edges: Edges) -> None:
+    platform = rendered("local")
+    served = {(c["spec"]["group"], c["spec"]["names"]["kind"]): manifest_key(c) for c in platform.crds}
+    checked = 0
+    for obj in platform.objects:
+        group = obj["apiVersion"].split("/")[0] if "/" in obj["apiVersion"] else ""
+        waits_for = local_edges[manifest_key(obj)] & crd_keys(local_edges)
+        if (group, obj["kind"]) in served:
+            assert waits_for == {served[(group, obj["kind"])]}, manifest_key(obj)
+            checked += 1
+        else:
+            assert waits_for == set(), f"{manifest_key(obj)} is a built-in object and waits for CRDs {waits_for}"
+    assert checked >= 10  # flavors, queues, cohorts, priority classes, runtimes, local queues
+
+
+def test_a_namespaced_object_waits_for_its_namespace(local_edges: Edges) -> None:
+    for obj in rendered("local").objects:
+        namespace = obj["metadata"].get("namespace")
+        if namespace in ("team-a", "team-b"):
+            assert f"kubernetes:core/v1:Namespace:/{namespace}" in local_edges[manifest_key(obj)], manifest_key(obj)
+
+
+def test_a_tenant_namespace_waits_for_the_guards_but_not_for_other_tenants_queues(local_edges: Edges) -> None:
+    platform = rendered("local")
+    admission = {manifest_key(o) for o in platform.concern("admission").objects}
+    queueing = {manifest_key(o) for o in platform.concern("queueing").objects}
+    team_a = local_edges["kubernetes:core/v1:Namespace:/team-a"]
+    own_queue = "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue:/team-a"
+    other_queue = "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue:/team-b"
+    assert admission <= team_a
+    assert queueing - {other_queue} <= team_a
+    assert own_queue in team_a
+    assert other_queue not in team_a
+
+
+def test_charts_wait_for_every_crd_and_webhook_guarded_objects_for_the_controllers(monkeypatch: pytest.MonkeyPatch) -> None:
+    rendered("prod")
+    edges = recorded_edges("prod", monkeypatch)
+    crds = crd_keys(edges)
+    charts = {k for k in edges if k.startswith("chart:")}
+    assert {"chart:jobset", "chart:kueue", "chart:trainer"} <= charts
+    for chart in charts:
+        assert crds <= edges[chart], chart
+    # Kueue's webhooks admit the queueing objects: they wait for the controllers' group and its charts (AFTER).
+    queue = next(k for k in edges if ":kueue.x-k8s.io/v1beta2:ClusterQueue:" in k)
+    assert "group:controllers" in edges[queue]
+    assert crds & edges[queue] == {"kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition:/clusterqueues.kueue.x-k8s.io"}
