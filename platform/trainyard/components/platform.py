@@ -189,7 +189,7 @@ class ConcernGroup(pulumi.ComponentResource):
         self.resources: list[pulumi.Resource] = [resource for _, resource in self.declared]
         self.charts: list[pulumi.Resource] = []
         # A chart may render custom resources of any kind: it waits for every CRD.
-        depends_on = [*depends_on, *declared.crds()]
+        chart_needs = [*depends_on, *declared.crds()]
         previous: list[pulumi.Resource] = []
         for release in concern.releases:
             if release.external:
@@ -198,7 +198,7 @@ class ConcernGroup(pulumi.ComponentResource):
                 continue
             # Releases of one concern go in order: JobSet before Kueue before Trainer, each one's
             # webhooks serve the next one's objects.
-            chart = self._chart(release, [*depends_on, *self.resources, *previous])
+            chart = self._chart(release, [*chart_needs, *self.resources, *previous])
             previous = [chart]
             self.charts.append(chart)
             self.resources.append(chart)
