@@ -109,8 +109,10 @@ def test_bom_lists_controllers_runtimes_and_chart_images_with_their_sources() ->
                                                               "cert-manager": "templates", "kserve": "templates",
                                                               "minio-operator": "templates", "minio-tenant": "templates"}
     assert len(bom.crds) == len(rendered("prod").crds) and all(len(c.blob_sha) == 40 for c in bom.crds)
-    provisioner = next(i for i in bom.images if i.reference.startswith("registry.trainyard.internal/trainyard/"))
-    assert provisioner.sources == ("object-store:provisioner",)
+    built = {i.reference: i.sources for i in bom.images if i.reference.startswith("registry.trainyard.internal/trainyard/")}
+    # The images the platform team builds itself: the object store's provisioner and the lab's program.
+    assert built["registry.trainyard.internal/trainyard/object-store-provisioner:1.0.0"] == ("object-store:provisioner",)
+    assert built["registry.trainyard.internal/trainyard/lora-peft:0.1.0"] == ("runtime:lora-peft",)
     assert "| `registry.trainyard.internal/mirror/kueue/kueue:v0.19.2` |" in to_markdown(bom)
 
 
