@@ -501,7 +501,9 @@ def test_destroy_keeps_crds_namespaces_and_volumes(engine: Engine, deployed: Run
     assert run.returncode == 0, run.explain()
     retained = [k for k in rendered_objects if k[1] in DATA_HOLDING_KINDS]
     gone = [k for k in rendered_objects if k not in retained]
-    assert {k[3] for k in retained if k[1] == "Namespace"} == {"team-a", "team-b", "object-store"}
+    # Every namespace is retained (tenants', the object store's, and those of the controllers the stack installs).
+    assert {"team-a", "team-b", "object-store"} <= {k[3] for k in retained if k[1] == "Namespace"}
+    assert {k[3] for k in retained if k[1] == "Namespace"} == {k[3] for k in rendered_objects if k[1] == "Namespace"}
     # The object store's data volume outlives the stack (manifests/lifecycle.py).
     assert ("core", "PersistentVolumeClaim", "object-store", "seaweedfs-data") in retained
     live = live_objects(engine.cluster, list(rendered_objects))
