@@ -27,7 +27,7 @@ from trainyard.rehearsal.controllers import (
 from trainyard.rehearsal.kwok import NEVER_READY_ANNOTATION, RUN_FOR_ANNOTATION, rehearsal_stages
 from trainyard.rehearsal.scenario import Job, ScenarioError, load_scenario, seconds
 from trainyard.rehearsal.session import trainjob_for
-from trainyard.rehearsal.stack import merge, read_platform, rehearsal_platform
+from trainyard.rehearsal.stack import EXTERNAL, merge, read_platform, rehearsal_platform
 
 SETTINGS = Settings(tools_dir=Path("/tools"), state_dir=Path("/state"), ports=Ports())
 
@@ -97,7 +97,8 @@ def test_the_rehearsal_overlay_makes_prod_deployable_here_without_touching_its_f
     config = validate_platform(platform, "prod (rehearsal)")
     assert path.read_text() == before
     assert config.cluster.context == "trainyard-local"
-    assert set(config.rehearsal.external_controllers) == {"kueue", "jobset", "trainer"}
+    assert set(config.rehearsal.external_controllers) == set(EXTERNAL)  # no chart runs without a container runtime
+    assert {"kueue", "jobset", "trainer", "seaweedfs", "kserve", "cert-manager"} <= set(EXTERNAL)
     assert all(pool.fake for pool in config.gpu_pools)
     assert config.tenants == open_stack("prod").config.tenants
 

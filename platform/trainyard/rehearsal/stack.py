@@ -3,9 +3,10 @@
 ``rehearsal_platform`` takes the stack's ``trainyard:platform`` value as written and changes only:
 
 - ``cluster.context`` -> ``trainyard-local`` (and no kubeconfig path): the engine can reach nothing else;
-- ``rehearsal.external_controllers`` -> all three: their charts would start Deployments that nothing
-  runs (no container runtime) and register webhooks at Services with no endpoints; the rehearsal runs
-  the same controller versions as local processes instead (``controllers.py``);
+- ``rehearsal.external_controllers`` -> every controller a chart would install: their charts would start
+  Deployments that nothing runs (no container runtime) and register webhooks at Services with no
+  endpoints; the rehearsal runs Kueue, JobSet and Trainer as local processes instead (``controllers.py``),
+  and the other charts' objects (object store, MLflow, KServe, cert-manager) are simply not installed;
 - every GPU pool ``fake: true``: its nodes are fake Node objects shaped like the pool (``manifests.rehearsal``);
 - ``lifecycle.protect_data: false``: a rehearsal is disposable (CRDs and namespaces are still retained on delete);
 
@@ -19,15 +20,23 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 
 from trainyard.config import ConfigError, PlatformConfig, validate_platform
 from trainyard.config.load import CONFIG_KEY
+from trainyard.config.model import Rehearsal
 from trainyard.rehearsal.cluster import CONTEXT
 
-EXTERNAL = ["kueue", "jobset", "trainer"]
+
+def _chart_controllers() -> list[str]:
+    """Every name ``rehearsal.external_controllers`` accepts (one source: the config model's field)."""
+    field_type = Rehearsal.model_fields["external_controllers"].annotation  # tuple[Literal[...], ...]
+    return [str(name) for name in get_args(get_args(field_type)[0])]
+
+
+EXTERNAL = _chart_controllers()
 
 
 def merge(base: Any, override: Any) -> Any:
