@@ -91,8 +91,9 @@ bench-admission: cluster-up ## Admission benchmark on the rehearsal cluster: 1,0
 ##@ Rehearsal cluster and the real engine
 
 .PHONY: tools
-tools: ## Build every platform tool from Go modules (cached; tools/build.sh --list), and the MLflow venv
-	tools/build.sh all
+TOOL_JOBS ?= 2
+tools: ## Build every platform tool from Go modules (cached; tools/build.sh --list; TOOL_JOBS at once), and the tool venvs
+	tools/build.sh -j $(TOOL_JOBS) all
 	tools/mlflow/install.sh
 	tools/lab/install.sh
 
@@ -131,16 +132,9 @@ test-cluster: setup ## The cluster tier: real kube-apiserver + etcd, real Pulumi
 
 ##@ Serving tier
 
-SERVING_VENV := .venv-serving
-SERVING_STAMP := $(SERVING_VENV)/.installed
-
 .PHONY: serving-env
-serving-env: $(SERVING_STAMP) ## Create .venv-serving: MLflow server, kserve-storage, moto (tests/serving/requirements.txt)
-
-$(SERVING_STAMP): tests/serving/requirements.txt
-	$(PYTHON) -m venv $(SERVING_VENV)
-	$(SERVING_VENV)/bin/pip install --quiet -r tests/serving/requirements.txt
-	@touch $@
+serving-env: ## The data plane's tool venv (MLflow, kserve-storage, moto; tools/mlflow/requirements.txt), shared with test-dataplane
+	tools/mlflow/install.sh
 
 .PHONY: test-serving
 test-serving: setup serving-env ## Registry to storage for real: MLflow, S3 (SeaweedFS if built, else moto), trainyard promote, kserve_storage

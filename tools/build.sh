@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build Trainyard's local platform tools from pinned Go wrapper modules.
 #
-#   tools/build.sh [all|TOOL]...   TOOL: one of ALL_TOOLS below (--list prints them)
+#   tools/build.sh [-j N] [all|TOOL]...   TOOL: one of ALL_TOOLS below (--list prints them)
+#                  -j N (or TRAINYARD_BUILD_JOBS=N): build N tools at once, longest first; each
+#                  tool's output goes to TOOLS_DIR/logs/TOOL.log, shown whole if it fails
 #   tools/build.sh --check     exit 0 iff every binary is present and current
 #   tools/build.sh --list      print the tools and binaries
 #
@@ -33,6 +35,10 @@ export GOTOOLCHAIN=local
 export CGO_ENABLED="${CGO_ENABLED:-0}"
 
 ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueue jobset trainer kwok seaweedfs kind)
+# Cold build cost, most first (CPU-seconds on a 2-core machine, docs/tools.md "Cold and warm"): the
+# order -j N starts them in. pulumi-kubernetes compiles one huge package on one core for ~15 min, so
+# with -j 2 the rest build beside it.
+BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs pulumi kueue trainer kwok promtool jobset helm etcd kind crane)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
@@ -319,16 +325,20 @@ build_tool() {
 
 # --------------------------------------------------------------------- main
 main() {
-  local tools=() check=0 a
+  local tools=() check=0 a jobs="${TRAINYARD_BUILD_JOBS:-1}" next_is_jobs=0
   for a in "$@"; do
+    if [[ $next_is_jobs == 1 ]]; then jobs="$a"; next_is_jobs=0; continue; fi
     case "$a" in
+      -j) next_is_jobs=1 ;;
+      -j[0-9]*) jobs="${a#-j}" ;;
       --check) check=1 ;;
       --list) for t in "${ALL_TOOLS[@]}"; do echo "$t: $(tool_bins "$t" | cut -d' ' -f1 | tr '\n' ' ')"; done; return 0 ;;
-      -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; return 0 ;;
+      -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; return 0 ;;
       all) tools+=("${ALL_TOOLS[@]}") ;;
       *) tool_bins "$a" >/dev/null; tools+=("$a") ;;
     esac
   done
+  [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { log "build.sh: -j wants a positive number, got '$jobs'"; return 2; }
   [[ ${#tools[@]} -gt 0 ]] || tools=("${ALL_TOOLS[@]}")
   if [[ $check == 1 ]]; then
     local bad=0
@@ -338,8 +348,39 @@ main() {
     return $bad
   fi
   local total=$SECONDS
-  for t in "${tools[@]}"; do build_tool "$t"; done
+  if [[ "$jobs" -le 1 || ${#tools[@]} -le 1 ]]; then
+    for t in "${tools[@]}"; do build_tool "$t"; done
+  else
+    build_parallel "$jobs" "${tools[@]}"
+  fi
   log "==> done in $((SECONDS - total))s; add to PATH: $BIN_DIR"
+}
+
+# build_parallel N TOOL...: at most N builds at once, in BY_COST order; a tool's log is shown when it ends
+# (whole if it failed). Go's module and build caches are safe for concurrent builds (they lock).
+build_parallel() {
+  local jobs="$1" t pid failed=0 ordered=() running=0; shift
+  local -A want=() of_pid=()
+  for t in "$@"; do want[$t]=1; done
+  for t in "${BY_COST[@]}"; do [[ -z "${want[$t]:-}" ]] || ordered+=("$t"); done
+  for t in "$@"; do [[ " ${BY_COST[*]} " == *" $t "* ]] || ordered+=("$t"); done
+  mkdir -p "$TOOLS_DIR/logs"
+  finish() {
+    local done_pid rc=0 ended
+    wait -n -p done_pid || rc=$?
+    running=$((running - 1))
+    ended="${of_pid[$done_pid]}"
+    if [[ $rc -eq 0 ]]; then grep -E '^==> ' "$TOOLS_DIR/logs/$ended.log" >&2 || true
+    else log "==> $ended: FAILED (exit $rc); its log ($TOOLS_DIR/logs/$ended.log):"; cat "$TOOLS_DIR/logs/$ended.log" >&2; failed=1
+    fi
+  }
+  for t in "${ordered[@]}"; do
+    while [[ $running -ge $jobs ]]; do finish; done
+    build_tool "$t" > "$TOOLS_DIR/logs/$t.log" 2>&1 &
+    of_pid[$!]="$t"; running=$((running + 1))
+  done
+  while [[ $running -gt 0 ]]; do finish; done
+  return $failed
 }
 
 main "$@"; exit $?

@@ -93,6 +93,16 @@ class Cluster:
     def get_json(self, *args: str) -> Any:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
+    def create_missing(self, objects: list[dict[str, Any]]) -> None:
+        """Create each object that does not exist yet; leave existing ones to their owner (on the session's cluster
+        the local stack's deployment made them, from the same rendering: applying them again as another field
+        manager would conflict with the engine's fields, and forcing would take them from it)."""
+        result = self.kubectl("create", "-f", "-", stdin="\n".join(json.dumps(o) for o in objects), check=False)
+        problems = [line for line in result.stderr.splitlines() if line.strip() and "AlreadyExists" not in line
+                    and "already exists" not in line]
+        if result.returncode != 0 and problems:
+            raise AssertionError("kubectl create failed:\n" + "\n".join(problems))
+
     def wait_established(self, *crds: str, timeout: float = 120) -> None:
         """Wait until each CRD is Established. Not `kubectl wait`: on a CRD whose status has no conditions
         yet (right after its create, on a loaded machine) it fails with an accessor error instead of waiting."""
@@ -159,12 +169,22 @@ def cluster(rehearsal: Rehearsal) -> Cluster:
     return Cluster(state_dir=rehearsal.settings.state_dir, env=rehearsal.env)
 
 
+@pytest.fixture(scope="session")
+def rehearsal_engine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One Pulumi state, run dir and home for every module that deploys the local stack on the session's cluster.
+
+    One state, not one per module: the provider's server-side-apply field manager (``pulumi-kubernetes-<suffix>``)
+    lives in the state, so a second state would meet the first's fields as another manager's (a conflict on every
+    atomic field the API server defaulted, e.g. a ValidatingAdmissionPolicy's ``spec.matchConstraints``)."""
+    return tmp_path_factory.mktemp("engine")
+
+
 @pytest.fixture(scope="module")
-def deployed_rehearsal(rehearsal: Rehearsal, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
-    """The session's cluster with the local stack deployed by the real engine (a Pulumi state, run dir and home of
-    the module's own); redeployed only when another module left a different rehearsal stack file deployed.
+def deployed_rehearsal(rehearsal: Rehearsal, rehearsal_engine: Path) -> Iterator[Rehearsal]:
+    """The session's cluster with the local stack deployed by the real engine (the session's one Pulumi state);
+    redeployed only when another module left a different rehearsal stack file deployed (an update of that state).
     Every TrainJob is deleted before and after the module."""
-    base = tmp_path_factory.mktemp("engine")
+    base = rehearsal_engine
     env = {**rehearsal.env, "TRAINYARD_STATE_DIR": str(base / "state"), "TRAINYARD_RUN_DIR": str(base / "run"),
            "TRAINYARD_PULUMI_HOME": str(base / "pulumi-home")}
     session = Rehearsal(rehearsal.stack, rehearsal.settings, env=env)

@@ -64,8 +64,7 @@ def serving_admission(cluster: Cluster) -> Cluster:
     policies = list(platform.concern("serving-admission").objects)
     assert len(policies) == 10
     for batch in (crds, namespaces, policies):
-        cluster.kubectl("apply", "--server-side", "--field-manager=trainyard-test", "-f", "-",
-                        stdin="\n".join(json.dumps(o) for o in batch))
+        cluster.create_missing(batch)
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=120s",
                     *[f"crd/{c['metadata']['name']}" for c in crds])
     # A new policy takes effect once the API server's policy informer has seen it and its binding:

@@ -79,12 +79,16 @@ def test_kubeflow_sdk_as_a_tenant_lists_the_approved_runtimes_and_submits_a_job_
     assert runtimes == sorted(rehearsal.config.runtimes.approved)
 
     # The lab's runtime: dataset and base model by URI; the keys are the runtime's (its object-store Secret).
-    job = Job(name="sdk-as-tenant", tenant=TENANT, runtime="lora-finetune", flavor="fake-a100", run_for="3s",
-              dataset="s3://team-a-datasets/alpaca/v1", model="s3://team-a-models/llama-3.2-1b/base", submitted_by="sdk")
+    # The tenant's approved entries (the stack's lineage), pinned in the trainer's env.
+    approved = rehearsal.config.lineage.approved_for(TENANT)
+    dataset, model = approved.datasets[0], approved.base_models[0]
+    job = Job(name="sdk-as-tenant", tenant=TENANT, runtime="lora-peft", flavor="fake-a100", run_for="3s",
+              dataset=dataset.uri, model=model.uri, submitted_by="sdk")
     name = sdk.submit(rehearsal.config, job)
     transcript += [f'>>> client.train(runtime=client.get_runtime("{job.runtime}"), initializer=Initializer('
                    f'dataset=S3DatasetInitializer(storage_uri="{job.dataset}"), '
-                   f'model=S3ModelInitializer(storage_uri="{job.model}")), trainer=None, '
+                   f'model=S3ModelInitializer(storage_uri="{job.model}")), trainer=CustomTrainerContainer(image=..., '
+                   f'env={{TRAINYARD_DATASET_VERSION, TRAINYARD_DATASET_DIGEST, TRAINYARD_BASE_MODEL_REVISION}}), '
                    f'options=[Name("{job.name}"), RuntimePatch(<kwok run time, pool node selector>)])', repr(name)]
     assert name == job.name
 
@@ -94,6 +98,11 @@ def test_kubeflow_sdk_as_a_tenant_lists_the_approved_runtimes_and_submits_a_job_
                       f"spec.initializer {json.dumps(trainjob['spec'].get('initializer'))}")
     assert labels.get(QUEUE_NAME_LABEL) == "default", "Kueue's LocalQueue defaulting labels it"
     assert trainjob["spec"]["initializer"]["dataset"]["storageUri"] == job.dataset
+    env = {e["name"]: e.get("value") for e in trainjob["spec"]["trainer"].get("env", [])}
+    assert {k: env.get(k) for k in ("TRAINYARD_DATASET_VERSION", "TRAINYARD_DATASET_DIGEST",
+                                    "TRAINYARD_BASE_MODEL_REVISION")} == {
+        "TRAINYARD_DATASET_VERSION": dataset.version, "TRAINYARD_DATASET_DIGEST": dataset.digest,
+        "TRAINYARD_BASE_MODEL_REVISION": model.revision}
     # The SDK sent dataset env []: trainyard-trainjob-initializer-env removed it (else Kueue could not resume it).
     assert "env" not in trainjob["spec"]["initializer"]["dataset"]
     keys = [e for e in env_entries(trainjob["spec"]) if any(w in str(e.get("name", "")).upper() for w in KEY_WORDS)

@@ -81,6 +81,28 @@ def test_another_tenants_entries_are_not_approved_here() -> None:
     assert not admit(admission.trainjob_inputs_policy(config), dataset_only)
 
 
+@pytest.mark.parametrize("scope", SCOPES)
+def test_the_pins_lineage_gives_are_what_review_and_admission_accept(scope: str) -> None:
+    config = config_with(SCOPES[scope])
+    pins = config.lineage.pins(TENANT_NS, DATASET.uri, MODEL.uri)
+    assert pins == {p["name"]: p["value"] for p in PINS}
+    pinned = job(env=[{"name": k, "value": v} for k, v in pins.items()])
+    assert findings(config, pinned) == []
+    assert admit(admission.trainjob_inputs_policy(config), pinned)
+    assert config.lineage.pins(TENANT_NS, dataset=DATASET.uri) == {p["name"]: p["value"] for p in PINS[:2]}
+    assert config.lineage.pins(TENANT_NS) == {}
+
+
+def test_pins_for_an_input_that_is_not_approved_name_it_and_the_approved_ones() -> None:
+    config = config_with(SCOPES["the tenant's own"])
+    with pytest.raises(ValueError, match=rf"dataset s3://x-datasets/a.jsonl is not approved for tenant {TENANT_NS} "
+                                         rf"\(lineage: {DATASET.uri}\)"):
+        config.lineage.pins(TENANT_NS, "s3://x-datasets/a.jsonl", MODEL.uri)
+    with pytest.raises(ValueError, match=r"base model s3://x-models/m/ is not approved for tenant eval \(lineage: "
+                                         r"none approved\)"):
+        config.lineage.pins("eval", model="s3://x-models/m/")
+
+
 def test_a_trainjob_without_initializers_is_not_concerned() -> None:
     config = config_with(Lineage())
     assert findings(config, trainjob()) == []

@@ -1,10 +1,10 @@
 """Serving tier: real MLflow, a real S3 server and KServe's own storage initializer code, on loopback.
 
-The servers and KServe's ``kserve_storage`` run from ``.venv-serving`` (``make serving-env``, pinned in
-``tests/serving/requirements.txt``), apart from the project venv whose Pulumi pins conflict with
-theirs. The S3 server is SeaweedFS (``weed`` from ``tools/build.sh seaweedfs``) when it is built, else
+The servers and KServe's ``kserve_storage`` run from the data plane's tool venv (``make serving-env``:
+``tools/mlflow/install.sh``, pinned in ``tools/mlflow/requirements.txt``; the dataplane tier's MLflow
+server uses the same venv), apart from the project venv whose Pulumi pins conflict with theirs. The S3 server is SeaweedFS (``weed`` from ``tools/build.sh seaweedfs``) when it is built, else
 moto's server (a second real S3 implementation, with IAM identity policies enforced). Tests skip,
-saying why, when ``.venv-serving`` is absent.
+saying why, when that venv is absent.
 """
 
 from __future__ import annotations
@@ -22,11 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from trainyard import catalog
 
-SERVING_VENV = Path(os.environ.get("TRAINYARD_SERVING_VENV") or ROOT / ".venv-serving")
+TOOLS = Path(os.environ.get("TRAINYARD_TOOLS_DIR") or Path.home() / ".cache" / "trainyard" / "tools")
+# The data plane's one Python venv (tools/mlflow/requirements.txt: MLflow, kserve-storage, moto, boto3).
+SERVING_VENV = Path(os.environ.get("TRAINYARD_SERVING_VENV")
+                    or TOOLS / f"mlflow-{catalog.release('mlflow', catalog.DEFAULT_VERSIONS['mlflow']).app_version}")
 PYTHON = SERVING_VENV / "bin" / "python"
-TOOLS_BIN = Path(os.environ.get("TRAINYARD_TOOLS_DIR") or Path.home() / ".cache" / "trainyard" / "tools") / "bin"
+TOOLS_BIN = TOOLS / "bin"
 WEED = TOOLS_BIN / "weed"
 REGION = "us-east-1"
 ADMIN = ("TRAINYARDADMINKEY000", "trainyard-admin-secret-key-for-tests-0000")
@@ -34,7 +37,8 @@ ADMIN = ("TRAINYARDADMINKEY000", "trainyard-admin-secret-key-for-tests-0000")
 
 def needs_serving_env() -> None:
     if not PYTHON.is_file():
-        pytest.skip(f"{SERVING_VENV} not found: run `make serving-env` (pinned in tests/serving/requirements.txt)")
+        pytest.skip(f"{SERVING_VENV} not found: run `make serving-env` (tools/mlflow/install.sh; pinned in "
+                    "tools/mlflow/requirements.txt)")
 
 
 def free_port() -> int:
@@ -58,7 +62,7 @@ def wait_http(url: str, what: str, seconds: float = 120) -> None:
 
 
 def serving_python(code: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` with .venv-serving's Python, in exactly ``env`` (plus PATH/HOME): no ambient credentials."""
+    """Run ``code`` with the data-plane venv's Python, in exactly ``env`` (plus PATH/HOME): no ambient credentials."""
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
     return subprocess.run([str(PYTHON), "-c", code, *args], capture_output=True, text=True, env={**base, **env},
                           timeout=300, check=False)

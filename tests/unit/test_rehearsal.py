@@ -15,7 +15,7 @@ from trainyard.config import ConfigError, validate_platform
 from trainyard.manifests import kueue
 from trainyard.manifests.rehearsal import KWOK_NODE_ANNOTATION, fake_nodes
 from trainyard.project import open_stack
-from trainyard.rehearsal.cluster import Ports, Settings
+from trainyard.rehearsal.cluster import ClusterError, Ports, Settings
 from trainyard.rehearsal.controllers import (
     WebhookSource,
     conversion_patches,
@@ -171,6 +171,21 @@ def test_a_scenario_trainjob_goes_through_the_tenants_local_queue_with_its_pod_s
     pod = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     assert pod["metadata"]["annotations"] == {RUN_FOR_ANNOTATION: "30s", NEVER_READY_ANNOTATION: "true"}
     assert pod["spec"]["nodeSelector"] == {"trainyard.dev/pool": "fake-a100"}
+
+
+def test_a_scenario_trainjob_pins_its_inputs_as_the_stacks_lineage_approves_them() -> None:
+    config = open_stack("local").config
+    approved = config.lineage.approved_for("team-a")
+    dataset, model = approved.datasets[0], approved.base_models[0]
+    trainjob = trainjob_for(config, Job(name="j", tenant="team-a", runtime="lora-peft", dataset=dataset.uri, model=model.uri))
+    assert trainjob["spec"]["initializer"] == {"dataset": {"storageUri": dataset.uri}, "model": {"storageUri": model.uri}}
+    assert trainjob["spec"]["trainer"]["env"] == [
+        {"name": "TRAINYARD_DATASET_VERSION", "value": dataset.version},
+        {"name": "TRAINYARD_DATASET_DIGEST", "value": dataset.digest},
+        {"name": "TRAINYARD_BASE_MODEL_REVISION", "value": model.revision}]
+    with pytest.raises(ClusterError, match=r"job j: dataset s3://team-b-datasets/x.jsonl is not approved for tenant team-a"):
+        trainjob_for(config, Job(name="j", tenant="team-a", dataset="s3://team-b-datasets/x.jsonl"))
+    assert "env" not in trainjob_for(config, Job(name="j", tenant="team-b"))["spec"]["trainer"]
 
 
 def test_a_version_set_not_proven_together_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -107,6 +107,26 @@ class Lineage(ApprovedInputs):
         own = self.tenants.get(tenant, ApprovedInputs())
         return ApprovedInputs(datasets=(*self.datasets, *own.datasets), base_models=(*self.base_models, *own.base_models))
 
+    def pins(self, tenant: str, dataset: str | None = None, model: str | None = None) -> dict[str, str]:
+        """The trainer environment that pins ``dataset`` and ``model`` (initializer URIs) to the entries approved
+        for ``tenant``: what a TrainJob must carry to pass ``trainyard-trainjob-inputs``. ValueError names the
+        URI that is not approved, and the approved ones."""
+        approved = self.approved_for(tenant)
+        env: dict[str, str] = {}
+        if dataset is not None:
+            entry = next((d for d in approved.datasets if d.uri == dataset), None)
+            if entry is None:
+                raise ValueError(f"dataset {dataset} is not approved for tenant {tenant} (lineage: "
+                                 f"{', '.join(d.uri for d in approved.datasets) or 'none approved'})")
+            env |= {DATASET_VERSION_ENV: entry.version, DATASET_DIGEST_ENV: entry.digest}
+        if model is not None:
+            found = next((m for m in approved.base_models if m.uri == model), None)
+            if found is None:
+                raise ValueError(f"base model {model} is not approved for tenant {tenant} (lineage: "
+                                 f"{', '.join(m.uri for m in approved.base_models) or 'none approved'})")
+            env[BASE_MODEL_REVISION_ENV] = found.revision
+        return env
+
     @model_validator(mode="after")
     def _unique_names(self) -> Lineage:
         for scope, inputs in [("(platform)", ApprovedInputs(datasets=self.datasets, base_models=self.base_models)),

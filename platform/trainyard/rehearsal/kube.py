@@ -73,13 +73,15 @@ class Kube:
         return self.run(*args, check=False).returncode == 0
 
     def apply(self, objects: Iterable[Manifest], field_manager: str, server_side: bool = True,
-              timeout: float = 120) -> str:
+              timeout: float = 120, subresource: str | None = None) -> str:
         documents = "".join("---\n" + json.dumps(o) + "\n" for o in objects)
         if not documents:
             return ""
         args = ["apply", "-f", "-", f"--field-manager={field_manager}"]
         if server_side:
             args += ["--server-side", "--force-conflicts"]
+        if subresource:
+            args.append(f"--subresource={subresource}")
         return self.run(*args, stdin=documents, timeout=timeout).stdout
 
     def delete_objects(self, objects: Iterable[Manifest], timeout: float = 120) -> None:

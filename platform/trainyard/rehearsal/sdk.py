@@ -36,6 +36,7 @@ from trainyard.manifests.meta import PRIORITY_CLASS_LABEL
 from trainyard.rehearsal.cluster import ClusterError
 from trainyard.rehearsal.kwok import NEVER_READY_ANNOTATION, RUN_FOR_ANNOTATION
 from trainyard.rehearsal.scenario import Job
+from trainyard.rehearsal.session import input_pins
 
 SDK_VERSION = "0.5.0"
 SDK_LOGGERS = ("kubeflow",)
@@ -140,14 +141,19 @@ class TenantSdk:
         labels = {PRIORITY_CLASS_LABEL: job.priority} if job.priority else {}
         options: list[Any] = [Name(job.name), patch, *([Labels(labels)] if labels else [])]
         trainer: Any = None
+        pins = input_pins(config, job)
         if runtime.trainer.trainer_type == sdk.TrainerType.BUILTIN_TRAINER:
+            if pins:
+                raise ClusterError(f"job {job.name}: runtime {job.runtime} is a builtin (torchtune) runtime: the SDK "
+                                   "cannot set spec.trainer.env for it (only command and args), so it cannot pin an "
+                                   "approved dataset or base model; use a container runtime such as lora-peft")
             if job.nodes != 1 or job.gpus_per_node != 1:
                 raise ClusterError(f"job {job.name}: runtime {job.runtime} is submitted by the SDK with its own "
                                    "resources (one node, one GPU; Trainer v2.3.0 refuses the SDK's BuiltinTrainer for a "
                                    "runtime not named torchtune-<model>-<size>): leave nodes and gpus_per_node at 1")
         else:
             trainer = sdk.CustomTrainerContainer(image=runtime.trainer.image, num_nodes=job.nodes, resources_per_node={
-                "gpu": job.gpus_per_node, "cpu": "1", "memory": "4Gi"})
+                "gpu": job.gpus_per_node, "cpu": "1", "memory": "4Gi"}, env=pins or None)
         initializer = None
         if job.dataset or job.model:
             initializer = sdk.Initializer(

@@ -295,6 +295,15 @@ class Rehearsal:
         return failures
 
 
+def input_pins(config: PlatformConfig, job: Job) -> dict[str, str]:
+    """The trainer env pinning the job's dataset and base model to the stack's approved entries (lineage), as
+    ``trainyard-trainjob-inputs`` requires; a ClusterError if the stack does not approve them for the tenant."""
+    try:
+        return config.lineage.pins(job.tenant, job.dataset, job.model)
+    except ValueError as e:
+        raise ClusterError(f"job {job.name}: {e}") from None
+
+
 def trainjob_for(config: PlatformConfig, job: Job) -> Manifest:
     """A tenant's TrainJob as the rehearsal submits it: through the tenant's LocalQueue, resources per node,
     and the rehearsal's pod settings (kwok run time, never-ready, flavor pinning) as a runtime patch."""
@@ -319,6 +328,10 @@ def trainjob_for(config: PlatformConfig, job: Job) -> Manifest:
     if pod_spec:
         pod_template["spec"] = pod_spec
     initializer = {key: {"storageUri": uri} for key, uri in (("dataset", job.dataset), ("model", job.model)) if uri}
+    trainer: dict[str, Any] = {"numNodes": job.nodes, "resourcesPerNode": {"requests": resources, "limits": resources}}
+    pins = input_pins(config, job)
+    if pins:
+        trainer["env"] = [{"name": k, "value": v} for k, v in pins.items()]
     return {
         "apiVersion": catalog.TRAINER_API,
         "kind": "TrainJob",
@@ -326,7 +339,7 @@ def trainjob_for(config: PlatformConfig, job: Job) -> Manifest:
         "spec": {
             **({"initializer": initializer} if initializer else {}),
             "runtimeRef": {"name": job.runtime},
-            "trainer": {"numNodes": job.nodes, "resourcesPerNode": {"requests": resources, "limits": resources}},
+            "trainer": trainer,
             # Ref: trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go (RuntimePatch)
             "runtimePatches": [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
                 "replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod_template}}}]}}}}],
