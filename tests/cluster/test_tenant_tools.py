@@ -24,7 +24,7 @@ import pytest
 
 from tests.cluster.conftest import BIN_DIR
 from trainyard.manifests.installs import TRAINER_PUBLIC
-from trainyard.manifests.meta import QUEUE_NAME_LABEL
+from trainyard.manifests.meta import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 from trainyard.rehearsal.controllers import FIELD_MANAGER, trainer_public_objects
 from trainyard.rehearsal.kube import wait_until
 from trainyard.rehearsal.scenario import Job
@@ -97,6 +97,9 @@ def test_kubeflow_sdk_as_a_tenant_lists_the_approved_runtimes_and_submits_a_job_
     transcript.append(f"# TrainJob {namespace}/{name}: labels {json.dumps(labels)}, "
                       f"spec.initializer {json.dumps(trainjob['spec'].get('initializer'))}")
     assert labels.get(QUEUE_NAME_LABEL) == "default", "Kueue's LocalQueue defaulting labels it"
+    # The SDK named no priority class: trainyard-trainjob-default-priority gave it the tenant's default.
+    tenant = next(t for t in rehearsal.config.tenants if t.name == TENANT)
+    assert labels.get(PRIORITY_CLASS_LABEL) == tenant.default_priority_class
     assert trainjob["spec"]["initializer"]["dataset"]["storageUri"] == job.dataset
     env = {e["name"]: e.get("value") for e in trainjob["spec"]["trainer"].get("env", [])}
     assert {k: env.get(k) for k in ("TRAINYARD_DATASET_VERSION", "TRAINYARD_DATASET_DIGEST",

@@ -430,7 +430,9 @@ class Tenant(Model):
     quotas: tuple[FlavorQuota, ...] = Field(min_length=1, max_length=16, description="Quota per GPU flavor.")
     fair_share_weight: Quantity | None = Field(default=None, description="Share within the cohort under fair sharing.")
     priority_classes: tuple[Name, ...] = Field(default=(), description="Allowed WorkloadPriorityClasses.")
-    default_priority_class: Name | None = Field(default=None, description="Documented default for the tenant's jobs.")
+    default_priority_class: Name | None = Field(
+        default=None, description="Priority class a TrainJob of the tenant gets when it names none (the admission "
+        "policy trainyard-trainjob-default-priority labels it; Kueue would otherwise give it priority 0).")
     groups: tuple[Group, ...] = Field(default=(), description="Identity-provider groups bound to the tenant role.")
     storage: StorageQuota = Field(default=StorageQuota(), description="Storage part of the namespace ResourceQuota.")
     max_trainjobs: Count = Field(default=50, description="ResourceQuota on TrainJob objects in the namespace.")

@@ -28,6 +28,8 @@ Policies (each bound to every namespace labelled ``trainyard.dev/tenant``):
 
 - ``trainyard-trainjob-initializer-env`` (a MutatingAdmissionPolicy): removes an empty
   ``spec.initializer.{dataset,model}.env`` from a new TrainJob (see ``initializer_env_policy``).
+- ``trainyard-trainjob-default-priority`` (a MutatingAdmissionPolicy): a new TrainJob without a
+  priority class label gets its tenant's ``default_priority_class`` (see ``default_priority_policy``).
 
 CEL is kept to plain comparisons, ``in``, ``exists``/``all`` and ``startsWith`` so that it reads
 like the rule it states. The values (registries, runtimes, tenants) are list literals rendered
@@ -45,7 +47,14 @@ from trainyard import catalog
 from trainyard.config.lineage import BASE_MODEL_REVISION_ENV, DATASET_DIGEST_ENV, DATASET_VERSION_ENV
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.concern import Concern
-from trainyard.manifests.meta import DEFAULT_LOCAL_QUEUE, QUEUE_NAME_LABEL, TENANT_LABEL, Manifest, metadata
+from trainyard.manifests.meta import (
+    DEFAULT_LOCAL_QUEUE,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_NAME_LABEL,
+    TENANT_LABEL,
+    Manifest,
+    metadata,
+)
 
 API = "admissionregistration.k8s.io/v1"
 TRAINER_GROUP, TRAINER_VERSION = catalog.TRAINER_API.split("/")
@@ -264,14 +273,55 @@ def initializer_env_policy() -> list[Manifest]:
     return [policy, binding]
 
 
+DEFAULT_PRIORITY_POLICY = "trainyard-trainjob-default-priority"
+
+
+def default_priority_policy(config: PlatformConfig) -> list[Manifest]:
+    """A MutatingAdmissionPolicy that labels a new TrainJob without a priority class with its tenant's
+    ``default_priority_class`` (``kueue.x-k8s.io/priority-class``).
+
+    Why: Kueue gives a Workload whose job names no WorkloadPriorityClass priority 0 (or its pods'
+    PriorityClass), below every class a stack declares, so an unlabelled job (the SDK writes no label
+    unless asked) would be the first preempted and the last admitted, whatever the tenant's default says.
+    ``trainyard check`` asks for the label in reviewed YAML (rule ``trainjob-priority-class``); this holds
+    for everything else. A label the job sets is never changed. The defaults are a CEL map literal keyed by
+    namespace, so a changed default is a reviewed diff of the policy.
+    Ref: https://kueue.sigs.k8s.io/docs/concepts/workload_priority_class/
+    """
+    defaults = {t.namespace_name: t.default_priority_class for t in config.tenants if t.default_priority_class}
+    if not defaults:
+        return []
+    key = PRIORITY_CLASS_LABEL.replace("~", "~0").replace("/", "~1")  # RFC 6901 escaping
+    missing = (f"namespaceObject.metadata.name in variables.defaults && !(has(object.metadata.labels) && "
+               f"{json.dumps(PRIORITY_CLASS_LABEL)} in object.metadata.labels)")
+    # Two operations when the job has no labels at all (add the map, then the key), never a map value
+    # with the key in it: the same shape the data cache's policy found kube-apiserver 1.36.3 to accept.
+    expression = (f"!({missing}) ? [] : (has(object.metadata.labels) ? [] : "
+                  '[JSONPatch{op: "add", path: "/metadata/labels", value: {}}]) + '
+                  f'[JSONPatch{{op: "add", path: "/metadata/labels/{key}", '
+                  "value: variables.defaults[namespaceObject.metadata.name]}]")
+    rule = {**_rule(TRAINER_GROUP, TRAINER_VERSION, "trainjobs"), "operations": ["CREATE"]}
+    policy = {"apiVersion": API, "kind": "MutatingAdmissionPolicy", "metadata": metadata(DEFAULT_PRIORITY_POLICY),
+              "spec": {"failurePolicy": "Fail", "reinvocationPolicy": "Never",
+                       "matchConstraints": {"resourceRules": [rule]},
+                       "variables": [{"name": "defaults", "expression": json.dumps(defaults, sort_keys=True)}],
+                       "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}]}}
+    binding = {"apiVersion": API, "kind": "MutatingAdmissionPolicyBinding", "metadata": metadata(DEFAULT_PRIORITY_POLICY),
+               "spec": {"policyName": DEFAULT_PRIORITY_POLICY, "matchResources": {"namespaceSelector": {
+                   "matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]}}}}
+    return [policy, binding]
+
+
 def build(config: PlatformConfig) -> Concern:
     """Admission: the ValidatingAdmissionPolicies that guard tenant namespaces, and their bindings;
-    the MutatingAdmissionPolicy that keeps SDK-written TrainJobs startable under Kueue."""
+    the MutatingAdmissionPolicies that keep SDK-written TrainJobs startable under Kueue and give
+    unlabelled TrainJobs their tenant's default priority class."""
     out: list[Manifest] = []
     if config.security.admission.enabled:
         for policy in policies(config):
             out += [policy, binding_for(policy)]
         out += initializer_env_policy()
+        out += default_priority_policy(config)
     return Concern("admission", objects=tuple(out))
 
 
