@@ -21,13 +21,15 @@ import yaml
 
 from tests.conftest import ROOT, rendered
 from tests.program.test_program import Mocks, Registered, manifest_key, registry_filled_lock
+from trainyard.components import Platform
 from trainyard.components import platform as platform_component
 from trainyard.components.kubernetes_object import KubernetesObject
+from trainyard.project import open_stack
 
 Edges = dict[str, set[str]]
 
 
-def recorded_edges(stack: str, monkeypatch: pytest.MonkeyPatch) -> Edges:
+def recorded_edges(stack: str | Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, str] | None = None) -> Edges:
     """Every Kubernetes object's key -> the keys of what it was declared to depend on (charts as chart:NAME)."""
     edges: Edges = {}
     original_object = KubernetesObject.__init__
@@ -56,16 +58,22 @@ def recorded_edges(stack: str, monkeypatch: pytest.MonkeyPatch) -> Edges:
     monkeypatch.setattr(KubernetesObject, "__init__", recording_object)
     monkeypatch.setattr(platform_component.ConcernGroup, "__init__", recording_group)
     monkeypatch.setattr(platform_component.ConcernGroup, "_chart", recording_chart)
-    platform_config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]["trainyard:platform"]
+    path = stack if isinstance(stack, Path) else ROOT / "stacks" / f"Pulumi.{stack}.yaml"
+    platform_config = yaml.safe_load(path.read_text())["config"]["trainyard:platform"]
     platform_config.setdefault("images", {})
     if stack == "prod":  # the program refuses placeholder digests on a stack that protects data
         platform_config["images"]["lock_file"] = str(registry_filled_lock(Path(tempfile.mkdtemp(prefix="trainyard-lock-"))))
-    pulumi.runtime.set_mocks(Mocks(Registered()), project="trainyard", stack=stack, preview=False)
-    pulumi.runtime.set_all_config({"trainyard:platform": json.dumps(platform_config)})
+    name = stack if isinstance(stack, str) else path.stem.removeprefix("Pulumi.")
+    pulumi.runtime.set_mocks(Mocks(Registered()), project="trainyard", stack=name, preview=False)
+    pulumi.runtime.set_all_config({"trainyard:platform": json.dumps(platform_config), **(config or {})},
+                                  list(config or {}))
 
     @pulumi.runtime.test
     def program() -> None:
-        runpy.run_path(str(ROOT / "platform" / "__main__.py"), run_name="__main__")
+        if isinstance(stack, Path):  # a stack file outside stacks/: its relative paths resolve from its directory
+            Platform("trainyard", open_stack(str(stack), ROOT).config, root=ROOT, stack_dir=stack.parent)
+        else:
+            runpy.run_path(str(ROOT / "platform" / "__main__.py"), run_name="__main__")
 
     program()
     return edges
@@ -128,3 +136,21 @@ def test_charts_wait_for_every_crd_and_webhook_guarded_objects_for_the_controlle
     queue = next(k for k in edges if ":kueue.x-k8s.io/v1beta2:ClusterQueue:" in k)
     assert "group:controllers" in edges[queue]
     assert crds & edges[queue] == {"kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition:/clusterqueues.kueue.x-k8s.io"}
+
+
+def test_a_multikueue_cluster_waits_for_its_kubeconfig_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    manager = ROOT / "tests" / "fixtures" / "multikueue" / "Pulumi.manager.yaml"
+    edges = recorded_edges(manager, monkeypatch, {"trainyard:worker1Kubeconfig": "apiVersion: v1\nkind: Config\n"})
+    clusters = [k for k in edges if ":MultiKueueCluster:" in k]
+    assert clusters, sorted(edges)
+    for cluster in clusters:
+        worker = cluster.rsplit("/", 1)[1]
+        secrets = [d for d in edges[cluster] if d.startswith("kubernetes:core/v1:Secret:")]
+        assert secrets == [f"kubernetes:core/v1:Secret:kueue-system/{kubeconfig_secret_name_of(worker)}"], edges[cluster]
+
+
+def kubeconfig_secret_name_of(worker: str) -> str:
+    from trainyard.manifests.multikueue import kubeconfig_secret_name
+
+    config = open_stack(str(ROOT / "tests" / "fixtures" / "multikueue" / "Pulumi.manager.yaml"), ROOT).config
+    return kubeconfig_secret_name(next(w for w in config.multikueue.workers if w.name == worker))

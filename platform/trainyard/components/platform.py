@@ -99,6 +99,7 @@ class Declared:
         self._namespaces: dict[str, pulumi.Resource] = {}
         self._crds: dict[tuple[str, str], pulumi.Resource] = {}
         self._all_crds: list[pulumi.Resource] = []
+        self._secrets: dict[str, list[pulumi.Resource]] = {}
 
     def add(self, obj: Manifest, resource: pulumi.Resource) -> None:
         if obj["kind"] == "Namespace":
@@ -106,6 +107,8 @@ class Declared:
         if obj["kind"] == "CustomResourceDefinition":
             self._crds[served_kind(obj)] = resource
             self._all_crds.append(resource)
+        if obj["kind"] == "Secret":
+            self._secrets.setdefault(obj["metadata"]["name"], []).append(resource)
 
     def crds(self) -> list[pulumi.Resource]:
         return list(self._all_crds)
@@ -119,16 +122,21 @@ class Declared:
         elif "." in group and not group.endswith(".k8s.io"):
             # Not a built-in API group, and no CRD of ours serves it: wait for all of them, as a component would.
             needed += self._all_crds
+        # A MultiKueueCluster reads its kubeconfig Secret (in Kueue's namespace) as soon as it exists: created
+        # first, Kueue logs "Secret not found" and marks the cluster inactive until its next retry.
+        source = ((obj.get("spec") or {}).get("clusterSource") or {}).get("kubeConfig") or {}
+        if obj["kind"] == "MultiKueueCluster" and source.get("locationType", "Secret") == "Secret":
+            needed += self._secrets.get(source.get("location", ""), [])
         return needed
 
 
 def _declare(config: PlatformConfig, objects: list[Manifest], parent: pulumi.Resource,
              depends_on: list[pulumi.Resource], declared: Declared,
              generated: GeneratedValues) -> list[tuple[Manifest, KubernetesObject]]:
-    """Namespaces first, then every other object after what it needs (its namespace, its CRD);
-    generated values substituted as secrets."""
+    """Namespaces first, then Secrets, then every other object after what it needs (its namespace, its CRD,
+    a MultiKueueCluster its kubeconfig Secret); generated values substituted as secrets."""
     resources: list[tuple[Manifest, KubernetesObject]] = []
-    for obj in sorted(objects, key=lambda o: o["kind"] != "Namespace"):
+    for obj in sorted(objects, key=lambda o: (o["kind"] != "Namespace", o["kind"] != "Secret")):
         resource = _object(config, obj, parent, [*depends_on, *declared.needs(obj)], generated)
         declared.add(obj, resource)
         resources.append((obj, resource))
