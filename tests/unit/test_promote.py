@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import ROOT, stack
-from trainyard.serving.promote import ModelRef, PromoteError, base_from_tags, inference_service, resolve, to_file
+from trainyard.serving.promote import ModelRef, PromoteError, base_from_tags, inference_service, resolve, storage_uri, to_file
 
 ADAPTER = ModelRef(
     name="team-a-lab-sft", version="3", alias=None, location="s3://team-a-models/team-a/lab-sft/adapter",
@@ -28,7 +28,8 @@ def test_promote_serves_the_lab_adapter_on_the_base_its_tags_name() -> None:
     base = base_from_tags(ADAPTER)
     isvc = inference_service(config, ROOT, tenant, ADAPTER, name="lab-sft", runtime="vllm-openai", base=base)
     predictor = isvc["spec"]["predictor"]
-    assert [u["uri"] for u in predictor["storageUris"]] == ["s3://team-a-models/base/tiny-llama",
+    # The base model's directory keeps its slash (KServe downloads every key under the prefix).
+    assert [u["uri"] for u in predictor["storageUris"]] == ["s3://team-a-models/base/tiny-llama/",
                                                            "s3://team-a-models/team-a/lab-sft/adapter"]
     assert predictor["model"]["args"] == ["--lora-modules", "team-a-lab-sft=/mnt/adapters/team-a-lab-sft"]
     assert "from the version's tags" in to_file(isvc, ADAPTER, base).splitlines()[0]
@@ -66,3 +67,13 @@ def test_an_unknown_version_number_names_the_versions_there_are() -> None:
         resolve(Registry(ADAPTER), "team-a-lab-sft", "7", None)
     with pytest.raises(PromoteError, match="give a version number"):
         resolve(Registry(ADAPTER), "team-a-lab-sft", "three", None)
+
+
+def test_a_directory_location_keeps_one_trailing_slash_and_a_bare_bucket_is_refused() -> None:
+    config = stack("local").config
+    tenant = next(t for t in config.tenants if t.name == "team-a")
+    uri = storage_uri(config, tenant, ModelRef("m", "1", None, "s3://team-a-models/base/qwen//"))
+    assert uri == "s3://team-a-models/base/qwen/"
+    assert storage_uri(config, tenant, ModelRef("m", "1", None, "s3://team-a-models/base/qwen")) == "s3://team-a-models/base/qwen"
+    with pytest.raises(PromoteError, match="outside tenant team-a's model bucket"):
+        storage_uri(config, tenant, ModelRef("m", "1", None, "s3://team-a-models/"))

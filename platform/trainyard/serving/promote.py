@@ -147,7 +147,10 @@ def storage_uri(config: PlatformConfig, tenant: Tenant, ref: ModelRef) -> str:
         raise PromoteError(
             f"model {ref.name} version {ref.version} is stored at {ref.location!r}, outside tenant "
             f"{tenant.name}'s model bucket ({prefix}...); its serving identity cannot read it")
-    return location
+    # A location given as a directory stays one: KServe's S3 download takes every key that starts with
+    # the path (Bucket.objects.filter(Prefix=...), kserve_storage.py _download_s3 at v0.20.0), so
+    # ".../base/qwen" would also fetch ".../base/qwen-instruct/..." into the model directory.
+    return location + "/" if ref.location.endswith("/") else location
 
 
 def _runtime(config: PlatformConfig, root: Path, name: str | None) -> Manifest:
