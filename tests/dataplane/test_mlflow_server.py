@@ -3,14 +3,16 @@
 What runs: MLflow from PyPI at the chart's appVersion (tools/mlflow, `make tools`), Debian's
 PostgreSQL (a private instance: initdb on a free loopback port, as the ``postgres`` user when
 run as root), and SeaweedFS (``weed mini``, built by tools/build.sh) or, while that binary is
-absent, moto's S3 server from the same venv as a stopgap (the log says which).
+absent, moto's S3 server from the same venv as a stopgap (the log says which; moto enforces no identity).
 
 What is Trainyard's: everything the rendered staging stack decides. The server's flags and
 environment are derived from the MLflow chart values Trainyard renders (backend store, proxied
 artifact destination, basic-auth app, default permission, allowed hosts), the databases from the
-CNPG Cluster and Database objects, the tenant users and passwords from the rendered Secrets with
-their generated placeholders filled the way the deploy-time component fills them, and the tenant
-users are created by the very reconciler script the server's sidecar runs.
+CNPG Cluster and Database objects, the S3 server's identities from the rendered identities file
+(test-generated keys) and its buckets from the rendered provisioning plan, the tenant users and
+passwords from the rendered Secrets with their generated placeholders filled the way the deploy-time
+component fills them, and the tenant users are created by the very reconciler script the server's
+sidecar runs.
 
 Checks: an anonymous request and a wrong password are refused; with a tenant's Secret (and no
 object-store key) a client logs params, metrics and an artifact, registers a model version and
@@ -39,11 +41,13 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import rendered
+from tests.conftest import rendered, stack
 from tests.seaweedfs import until_ready, weed_binary, weed_mini
 from trainyard import catalog
-from trainyard.manifests import generated
+from trainyard.components.generated import generate
+from trainyard.manifests import generated, object_store
 from trainyard.manifests import mlflow as mlflow_manifests
+from trainyard.provisioning.object_store import reconcile
 
 pytestmark = pytest.mark.dataplane
 
@@ -167,41 +171,75 @@ def _venv_python() -> Path:
     return VENV_PYTHON
 
 
-def _boto(endpoint: str, key: str, secret: str, code: str) -> str:
-    # str.__repr__: the generated secret's own repr hides it, and the script needs the value.
-    script = ("import boto3,json,sys\n"
-              f"s3 = boto3.client('s3', endpoint_url={endpoint!r}, aws_access_key_id={key!r}, "
-              f"aws_secret_access_key={str.__repr__(secret)}, region_name='us-east-1')\n" + code)
-    return subprocess.run([str(_venv_python()), "-c", script], check=True, capture_output=True, text=True).stdout
+@pytest.fixture(scope="module")
+def object_store_keys() -> dict[str, str]:
+    """Test stand-ins for the object store's generated keys: every identity the stack renders, and the admin's.
+
+    Made the way the deploy-time component makes them (trainyard.components.generated); secret keys never
+    show in pytest's reports.
+    """
+    specs = [key for identity in (object_store.ADMIN, *object_store.identities(stack(STACK).config))
+             for key in (identity.access_key, identity.secret_key)]
+    return {s.name: _Generated(generate(s.length, s.alphabet)) if s.name.endswith("/secret-key")
+            else generate(s.length, s.alphabet) for s in specs}
+
+
+def identity_keys(keys: dict[str, str], identity: object_store.Identity) -> tuple[str, str]:
+    """(access key, secret key) of ``identity`` among ``keys``."""
+    return keys[identity.access_key.name], keys[identity.secret_key.name]
+
+
+def _s3_client(endpoint: str, keys: tuple[str, str]) -> Any:
+    import boto3
+
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=keys[0],
+                        aws_secret_access_key=keys[1])
 
 
 @pytest.fixture(scope="module")
-def s3(workdir: Path) -> Iterator[dict[str, str]]:
-    """An S3 server holding the artifacts bucket, with the MLflow service's credentials."""
-    python = _venv_python()
-    store = rendered(STACK).releases
-    values = next(r for r in store if r.component == "mlflow").values
+def s3(workdir: Path, object_store_keys: dict[str, str]) -> Iterator[dict[str, str]]:
+    """An S3 server with the stack's buckets, made by the provisioning program; the MLflow service's credentials.
+
+    SeaweedFS reads exactly the rendered identities file (every tenant's read-write identity, its
+    read-only serving identity, the MLflow service's, the admin's), the placeholders filled with
+    ``object_store_keys``. moto, the stopgap, accepts any key: there no identity is enforced.
+    """
+    _venv_python()
+    config, platform = stack(STACK).config, rendered(STACK)
+    values = next(r for r in platform.releases if r.component == "mlflow").values
     bucket = values["artifactRoot"]["s3"]["bucket"]
-    key, secret = "MLFLOWSERVICE" + secrets.token_hex(4).upper(), _generated_value("object-store/mlflow/secret-key")
+    service = next(s for s in config.object_store.services if s.name == "mlflow")  # type: ignore[union-attr]
+    key, secret = identity_keys(object_store_keys, object_store.service_identity(config, service))
+    admin = identity_keys(object_store_keys, object_store.ADMIN)
+    plan = json.loads(next(o for o in platform.all_objects if o["kind"] == "ConfigMap"
+                           and o["metadata"]["name"] == object_store.PROVISIONING_CONFIG)["data"]["plan.json"])
+
+    def provision(endpoint: str) -> None:
+        # The provisioning Job's own program on the rendered plan: every tenant and platform bucket.
+        steps = reconcile(plan, {}, s3=_s3_client(endpoint, admin))
+        log(f"  provisioning (admin identity): {len(steps)} buckets, e.g. {steps[0]}")
+
     if weed_binary() is not None:
-        config = json.dumps({"identities": [{"name": "mlflow", "credentials": [
-            {"accessKey": key, "secretKey": secret}], "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]})
-        with weed_mini(workdir / "weed", config) as (endpoint, proc, log_file):
-            log(f"$ weed mini ... -> SeaweedFS (weed mini) on {endpoint}")
-            until_ready(lambda: _boto(endpoint, key, secret, f"s3.create_bucket(Bucket={bucket!r})"), proc, log_file)
-            log(f"  bucket {bucket} created with the mlflow service identity")
+        identities = next(o for o in platform.all_objects if o["kind"] == "Secret"
+                          and o["metadata"]["name"] == object_store.SEAWEEDFS_IDENTITIES_SECRET)
+        config_json = generated.substitute(identities["stringData"][object_store.SEAWEEDFS_IDENTITIES_KEY],
+                                           object_store_keys)
+        with weed_mini(workdir / "weed", config_json) as (endpoint, proc, log_file):
+            log(f"$ weed mini ... -> SeaweedFS (weed mini) on {endpoint}, the rendered identities file "
+                f"({len(json.loads(config_json)['identities'])} identities)")
+            until_ready(_s3_client(endpoint, admin).list_buckets, proc, log_file)
+            provision(endpoint)
             yield {"endpoint": endpoint, "key": key, "secret": secret, "bucket": bucket, "server": "SeaweedFS (weed mini)"}
         return
     port = _free_port()
-    command = [str(python.parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)]
+    command = [str(_venv_python().parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)]
     server = "moto_server (stopgap: the SeaweedFS binary is not built; `make tools`)"
     proc = subprocess.Popen(command, stdout=(workdir / "s3.log").open("wb"), stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{port}"
     try:
         _wait_http(endpoint, server, proc, workdir / "s3.log")
-        log(f"$ {' '.join(command[:2])} ... -> {server} on {endpoint}")
-        _boto(endpoint, key, secret, f"s3.create_bucket(Bucket={bucket!r})")
-        log(f"  bucket {bucket} created with the mlflow service identity")
+        log(f"$ {' '.join(command[:2])} ... -> {server} on {endpoint} (no identity enforced)")
+        provision(endpoint)
         yield {"endpoint": endpoint, "key": key, "secret": secret, "bucket": bucket, "server": server}
     finally:
         _stop(proc)
@@ -328,9 +366,8 @@ def test_mlflow_with_trainyard_settings_isolates_tenants(server: dict[str, Any],
         assert written["artifact_uri"].startswith("mlflow-artifacts:"), "artifacts must go through the proxy"
         assert written["model_version"] == "1"
 
-        keys = _boto(s3["endpoint"], s3["key"], s3["secret"],
-                     f"print(json.dumps([o['Key'] for o in s3.list_objects_v2(Bucket={s3['bucket']!r}).get('Contents', [])]))")
-        stored = [k for k in json.loads(keys) if written["run_id"] in k]
+        listed = _s3_client(s3["endpoint"], (s3["key"], s3["secret"])).list_objects_v2(Bucket=s3["bucket"])
+        stored = [o["Key"] for o in listed.get("Contents", []) if written["run_id"] in o["Key"]]
         log(f"$ [mlflow service] list_objects_v2({s3['bucket']}) -> {stored}")
         prefix = next(r for r in rendered(STACK).releases if r.component == "mlflow").values["artifactRoot"]["s3"]["path"]
         assert stored and all(k.startswith(f"{prefix}/") and k.endswith("model/adapter_config.json") for k in stored)

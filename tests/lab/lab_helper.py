@@ -59,22 +59,14 @@ def split(uri: str) -> tuple[str, str]:
 
 
 def put_versions(bucket: str, key: str, *files: str) -> dict[str, Any]:
-    """Creates the bucket versioned and writes each file as a new version of ``key``."""
+    """Writes each file as a new version of ``key`` (the provisioning Job made the bucket versioned)."""
     client = s3()
-    client.create_bucket(Bucket=bucket)
-    client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     versions = []
     for path in files:
         data = Path(path).read_bytes()
         put = client.put_object(Bucket=bucket, Key=key, Body=data)
         versions.append({"version_id": put["VersionId"], "sha256": "sha256:" + hashlib.sha256(data).hexdigest()})
     return {"versions": versions}
-
-
-def make_buckets(*buckets: str) -> dict[str, Any]:
-    for bucket in buckets:
-        s3().create_bucket(Bucket=bucket)
-    return {"buckets": list(buckets)}
 
 
 def upload(local: str, uri: str) -> dict[str, Any]:
@@ -175,7 +167,7 @@ def mlflow_run(experiment: str, trainjob: str) -> dict[str, Any]:
     return out
 
 
-COMMANDS = {"make-base": make_base, "put-versions": put_versions, "make-buckets": make_buckets, "upload": upload,
+COMMANDS = {"make-base": make_base, "put-versions": put_versions, "upload": upload,
             "download": download, "list": list_keys, "put-object": put_object, "compare": compare,
             "generate": generate, "mlflow-run": mlflow_run}
 

@@ -1,4 +1,4 @@
-"""The fine-tuning lab end to end on CPU: pinned dataset, LoRA, SIGTERM and resume, provenance, registry, generate.
+"""The fine-tuning lab end to end on CPU: pinned dataset, LoRA, SIGTERM and resume, provenance, registry, promote, serve.
 
 What runs: the reference program ``runtimes/programs/lora_peft.py`` (the ``lora-peft`` runtime) in the
 lab tool venv (tools/lab: torch, transformers, peft from PyPI), against the data plane of the dataplane
@@ -14,8 +14,16 @@ What stands in for the cluster: each "attempt" is a fresh pod: the dataset and m
 download (every current object under the storageUri, as Trainer's S3 initializers do, so the dataset
 directory holds the NEWER version) into a fresh directory, then the program. The Kueue workload, flavor
 and queue reach the program as the environment the runtime wiring sets; here they are stand-in values.
-The tenant's buckets are reached with the S3 server's admin identity (per-tenant identities are the
-object-store tier's subject).
+The S3 server holds exactly the rendered identities and the buckets the provisioning program makes from
+the rendered plan (the dataplane fixtures); every S3 call here is the tenant's: its rendered
+``trainyard-object-store`` Secret, filled with the test's keys.
+
+The handover: ``trainyard promote`` of the registered version (the CLI, as the tenant in MLflow) writes
+the InferenceService (base model + adapter from the version's tags), which passes ``trainyard check``
+and the CRD schema; KServe's storage initializer code (``kserve_storage``, the data-plane venv) downloads
+its ``storageUris`` with the tenant's rendered serving Secret (the read-only serving identity the
+``kserve-predictor`` ServiceAccount names, never an admin key), is refused the checkpoints bucket, and the
+downloaded adapter on the downloaded base model generates tokens.
 
 Equality, and why it holds: the interrupted-and-resumed run and the uninterrupted one take the same
 optimizer steps on the same samples (the order is a function of seed and epoch, the position is saved),
@@ -40,16 +48,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.conftest import ROOT, rendered, stack
+from tests.conftest import CRDS_DIR, ROOT, rendered, stack
 from tests.dataplane.test_mlflow_server import (  # noqa: F401 - module-scoped fixtures of the dataplane tier
     TOOLS,
+    identity_keys,
+    object_store_keys,
     postgres,
     s3,
     server,
     tenants,
     workdir,
 )
+from tests.serving import promotion
+from tests.serving.conftest import serving_python
+from trainyard.manifests import generated, object_store
+from trainyard.manifests.meta import OBJECT_STORE_SECRET
+from trainyard.manifests.serving import SERVICE_ACCOUNT
+from trainyard.schemas import Validator
 
 pytestmark = pytest.mark.lab
 
@@ -91,14 +108,23 @@ def _runtime_image() -> str:
     return image
 
 
+def _tenant_store_env(tenant: str, keys: dict[str, str], endpoint: str) -> dict[str, str]:
+    """The tenant's rendered ``trainyard-object-store`` Secret (what its pods get), filled with the test's keys."""
+    secret = next(o for o in rendered(STACK).tenant_objects(tenant)
+                  if o["kind"] == "Secret" and o["metadata"]["name"] == OBJECT_STORE_SECRET)
+    env: dict[str, str] = generated.substitute(secret["stringData"], keys)
+    env["AWS_ENDPOINT_URL"] = endpoint  # the one deploy-specific value: this machine's S3 server
+    return env
+
+
 class Lab:
     """The tenant's view: its S3 and MLflow environment, and the helper that runs in the lab venv."""
 
-    def __init__(self, root: Path, store: dict[str, str], mlflow_env: dict[str, str], tenant: str) -> None:
+    def __init__(self, root: Path, store_env: dict[str, str], mlflow_env: dict[str, str], tenant: str) -> None:
         self.root, self.tenant = root, tenant
-        self.env = {"PATH": os.environ["PATH"], "HOME": str(root), "OMP_NUM_THREADS": "1",
-                    "AWS_ENDPOINT_URL": store["endpoint"], "AWS_ACCESS_KEY_ID": store["key"],
-                    "AWS_SECRET_ACCESS_KEY": store["secret"], "AWS_DEFAULT_REGION": "us-east-1",
+        config = stack(STACK).config
+        self.buckets = {p: object_store.bucket_name(config, tenant, p) for p in ("datasets", "checkpoints", "models")}
+        self.env = {"PATH": os.environ["PATH"], "HOME": str(root), "OMP_NUM_THREADS": "1", **store_env,
                     "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "MLFLOW_DISABLE_TELEMETRY": "true",
                     "DO_NOT_TRACK": "true"}
         self.mlflow_env = mlflow_env
@@ -121,7 +147,7 @@ class Lab:
         env = {**self.env, **(self.mlflow_env if mlflow else {}), "TRAIN_JOB_NAME": job, **(extra_env or {})}
         command = [str(_lab_python()), str(PROGRAM), *args, "--dataset-dir", str(workspace / "dataset"),
                    "--model-dir", str(workspace / "model"), "--output-dir", str(workspace / "output"),
-                   "--checkpoint-uri", f"s3://{self.tenant}-checkpoints/{job}/"]
+                   "--checkpoint-uri", f"s3://{self.buckets['checkpoints']}/{job}/"]
         started = time.monotonic()
         proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines: list[str] = []
@@ -138,22 +164,102 @@ class Lab:
 
 
 @pytest.fixture(scope="module")
-def lab(workdir: Path, s3: dict[str, str], tenants: dict[str, dict[str, str]]) -> Lab:  # noqa: F811
+def lab(workdir: Path, s3: dict[str, str], tenants: dict[str, dict[str, str]],  # noqa: F811
+        object_store_keys: dict[str, str]) -> Lab:  # noqa: F811
     tenant = sorted(tenants)[0]
     root = workdir / "lab"
     root.mkdir()
-    return Lab(root, s3, tenants[tenant], tenant)
+    return Lab(root, _tenant_store_env(tenant, object_store_keys, s3["endpoint"]), tenants[tenant], tenant)
 
 
-def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_and_generate(
-        lab: Lab, s3: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+def _files(directory: Path) -> list[str]:
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+
+
+def _sha256(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def handover(lab: Lab, version: dict[str, Any], *, base_model_uri: str, adapter_uri: str, base_digest: str,
+             trained_adapter: Path, keys: dict[str, str], store: dict[str, str]) -> None:
+    """``trainyard promote`` of the registered version, ``trainyard check``, KServe's storage initializer, generate."""
+    tenant, config, started = lab.tenant, stack(STACK).config, time.monotonic()
+    out = lab.root / "promote" / f"{tenant}-lab-adapter.yaml"
+    promoted = promotion.promote(STACK, tenant, lab.mlflow_env["MLFLOW_TRACKING_URI"], out, "--model", version["name"],
+                                 "--version", version["version"], "--gpus", "0", "--cpu", "2", "--memory", "8Gi",
+                                 env=lab.mlflow_env)  # as the tenant: its trainyard-mlflow Secret
+    LOG.append(f"$ trainyard promote {STACK} --tenant {tenant} --model {version['name']} --version {version['version']} "
+               f"--gpus 0 --cpu 2 --memory 8Gi --out {out.name} -> exit {promoted.returncode}")
+    LOG.extend(f"    {line}" for line in (promoted.stdout + promoted.stderr).splitlines())
+    assert promoted.returncode == 0, promoted.stderr
+    isvc = yaml.safe_load(out.read_text())
+    LOG.append(f"  {out.name}:")
+    LOG.extend(f"    {line}" for line in out.read_text().splitlines())
+    predictor, metadata = isvc["spec"]["predictor"], isvc["metadata"]
+    name = version["name"]
+    # The adapter on the base model its tags name; both in the tenant's models bucket.
+    assert predictor["storageUris"] == [{"uri": base_model_uri, "mountPath": "/mnt/models"},
+                                        {"uri": adapter_uri, "mountPath": f"/mnt/adapters/{name}"}]
+    assert predictor["model"]["args"] == ["--lora-modules", f"{name}=/mnt/adapters/{name}"]
+    assert predictor["model"]["runtime"] == "vllm-openai" and predictor["serviceAccountName"] == SERVICE_ACCOUNT
+    assert metadata["namespace"] == next(t for t in config.tenants if t.name == tenant).namespace_name
+    assert metadata["annotations"]["trainyard.dev/base-model"] == "tiny-llama"
+    assert metadata["annotations"]["trainyard.dev/base-model-version"] == base_digest
+    if CRDS_DIR is not None:
+        assert [str(e) for e in Validator(CRDS_DIR).errors(isvc)] == []
+        LOG.append("  InferenceService CRD schema (strict): 0 errors")
+    checked = promotion.check(STACK, out)
+    verdict = next((line for line in checked.stdout.splitlines() if line.startswith(f"{STACK}: ")), checked.stdout[-300:])
+    LOG.append(f"$ trainyard check {STACK} {out.name} -> exit {checked.returncode}: {verdict}")
+    assert checked.returncode == 0, checked.stdout
+    assert verdict.startswith(f"{STACK}: 0 mandatory")
+
+    # The predictor pod's storage initializer: the Secret the ServiceAccount names, the serving identity's keys.
+    serving = object_store.serving_identity(config, next(t for t in config.tenants if t.name == tenant))
+    env = promotion.predictor_storage_env(STACK, tenant, keys, store["endpoint"])
+    assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) == identity_keys(keys, serving)
+    LOG.append(f"  storage initializer env: {serving.name} ({serving.access}: {', '.join(serving.buckets)}); "
+               + ", ".join(f"{k}={'<redacted>' if 'SECRET' in k else v}" for k, v in sorted(env.items())))
+    mnt = lab.root / "predictor"
+    # A neighbour of the base model's directory whose name extends it: not part of what the predictor fetches.
+    lab.helper("put-object", base_model_uri.rstrip("/") + "-draft/config.json", "{}")
+    pairs = [x for u in predictor["storageUris"] for x in (u["uri"], str(mnt / u["mountPath"].lstrip("/")))]
+    downloaded = serving_python(promotion.DOWNLOAD, env, *pairs)
+    LOG.append(f"$ kserve_storage.Storage.download_files({pairs[0::2]}) -> exit {downloaded.returncode}")
+    assert downloaded.returncode == 0, downloaded.stderr[-3000:]
+    base_dir, adapter_dir = mnt / "mnt" / "models", mnt / "mnt" / "adapters" / name
+    LOG.append(f"  /mnt/models: {_files(base_dir)}")
+    LOG.append(f"  /mnt/adapters/{name}: {_files(adapter_dir)}")
+    assert _files(base_dir) == _files(lab.root / "base")
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= set(_files(adapter_dir))
+    # The bytes are the trained ones: the resumed run's adapter, as it left the program.
+    assert _sha256(adapter_dir / "adapter_model.safetensors") == _sha256(trained_adapter / "adapter_model.safetensors")
+    refused = serving_python(promotion.DOWNLOAD, env, f"s3://{lab.buckets['checkpoints']}/lab-sft", str(mnt / "refused"))
+    last = (refused.stderr.strip().splitlines() or [""])[-1]
+    LOG.append(f"$ the same, s3://{lab.buckets['checkpoints']}/lab-sft (not the serving identity's bucket) -> exit "
+               f"{refused.returncode}: {last[:200]}")
+    if store["server"].startswith("SeaweedFS"):  # moto, the stopgap, enforces no identity
+        assert refused.returncode != 0 and ("AccessDenied" in refused.stderr or "403" in refused.stderr), refused.stderr
+        assert not (mnt / "refused").exists() or _files(mnt / "refused") == []
+
+    # What the runtime does with the two mounts: the adapter onto the base model, tokens out.
+    out_tokens = lab.helper("generate", str(base_dir), str(adapter_dir), "the cat sat on the")
+    LOG.append(f"$ PeftModel.from_pretrained(/mnt/models, /mnt/adapters/{name}).generate('the cat sat on the', "
+               f"8 tokens) -> {out_tokens}")
+    assert len(out_tokens["new_tokens"]) == 8 and out_tokens["adapter_changes_logits"]
+    LOG.append(f"  (handover: promote, check, download, refusal, generate in {time.monotonic() - started:.0f}s)")
+
+
+def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_promote_and_serve(
+        lab: Lab, s3: dict[str, str], object_store_keys: dict[str, str],  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
     tenant = lab.tenant
     namespace = next(t for t in stack(STACK).config.tenants if t.name == tenant).namespace_name
     try:
         # The base model, made here and put where the model initializer fetches it from.
         base = lab.helper("make-base", str(lab.root / "base"), " ".join(WORDS))
-        model_uri = f"s3://{tenant}-models/base/tiny-llama/"
-        lab.helper("make-buckets", f"{tenant}-models", f"{tenant}-checkpoints")
+        models, checkpoints, datasets = lab.buckets["models"], lab.buckets["checkpoints"], lab.buckets["datasets"]
+        model_uri = f"s3://{models}/base/tiny-llama/"
         lab.helper("upload", str(lab.root / "base"), model_uri)
         LOG.append(f"$ base model: tiny Llama, {base['parameters']} parameters, vocab {base['vocab']}, "
                    f"{base['digest']} -> {model_uri}")
@@ -162,12 +268,12 @@ def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_and_generate(
         (lab.root / "v1.jsonl").write_text(_dataset(1, 48))
         (lab.root / "v2.jsonl").write_text(_dataset(2, 48))
         key = "lab/chat.jsonl"
-        versions = lab.helper("put-versions", f"{tenant}-datasets", key, str(lab.root / "v1.jsonl"),
+        versions = lab.helper("put-versions", datasets, key, str(lab.root / "v1.jsonl"),
                               str(lab.root / "v2.jsonl"))["versions"]
         pinned, newer = versions
         assert pinned["sha256"] == "sha256:" + hashlib.sha256((lab.root / "v1.jsonl").read_bytes()).hexdigest()
         assert pinned["version_id"] != newer["version_id"]
-        dataset_uri = f"s3://{tenant}-datasets/{key}"
+        dataset_uri = f"s3://{datasets}/{key}"
         LOG.append(f"$ dataset {dataset_uri}: version {pinned['version_id']} ({pinned['sha256']}) pinned, "
                    f"version {newer['version_id']} ({newer['sha256']}) current")
 
@@ -178,7 +284,7 @@ def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_and_generate(
                 "--micro-batch-size", "2", "--grad-accumulation", "2", "--seq-len", "16", "--precision", "fp32",
                 "--learning-rate", "0.02", "--warmup-steps", "2", "--lora-rank", "4", "--lora-alpha", "8",
                 "--lora-dropout", "0.1", "--experiment", f"{tenant}/lab", "--registered-model", f"{tenant}-lab-adapter",
-                "--models-uri", f"s3://{tenant}-models/"]
+                "--models-uri", f"s3://{models}/"]
         provenance_env = {
             "TRAINYARD_NAMESPACE": namespace, "TRAINYARD_RUNTIME_NAME": "lora-peft",
             "TRAINYARD_RUNTIME_IMAGE": _runtime_image(),
@@ -196,18 +302,18 @@ def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_and_generate(
         code, first = lab.attempt("attempt-1", "lab-sft", args, mlflow=True, interrupt_at=INTERRUPT_AT,
                                   extra_env={**provenance_env, "TRAINYARD_PAUSE_AFTER_STEP": "2"})
         assert code == 143
-        assert f"[lora-peft] checkpoint step {INTERRUPT_AT} (SIGTERM) complete at s3://{tenant}-checkpoints/lab-sft/" \
+        assert f"[lora-peft] checkpoint step {INTERRUPT_AT} (SIGTERM) complete at s3://{checkpoints}/lab-sft/" \
                f"step-{INTERRUPT_AT:08d}/" in first
         assert f"[lora-peft] step {INTERRUPT_AT + 1}/{MAX_STEPS}" not in "\n".join(first)
         # The pinned version, not the current one the initializer fetched, was read.
         assert any("(s3-version)" in line and pinned["version_id"] in line for line in first)
 
         # A checkpoint a crash left half-written, newer than the SIGTERM one: never resumed from.
-        lab.helper("put-object", f"s3://{tenant}-checkpoints/lab-sft/step-{INTERRUPT_AT + 1:08d}/adapter_model.safetensors",
+        lab.helper("put-object", f"s3://{checkpoints}/lab-sft/step-{INTERRUPT_AT + 1:08d}/adapter_model.safetensors",
                    "half-written")
         code, second = lab.attempt("attempt-2", "lab-sft", args, mlflow=True, extra_env=provenance_env)
         assert code == 0
-        assert f"[lora-peft] resumed from checkpoint step {INTERRUPT_AT} at s3://{tenant}-checkpoints/lab-sft/" in second
+        assert f"[lora-peft] resumed from checkpoint step {INTERRUPT_AT} at s3://{checkpoints}/lab-sft/" in second
         assert f"[lora-peft] step {INTERRUPT_AT + 1}/{MAX_STEPS}" in "\n".join(second)
 
         # Equality with the uninterrupted run: adapter tensors and loss curve, bitwise.
@@ -223,9 +329,9 @@ def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_and_generate(
         assert curve == curve_ref and len(curve) == MAX_STEPS and curve[-1] < curve[0]
 
         # Retention: the newest two complete checkpoints; the abandoned half one and older ones are gone.
-        keys = lab.helper("list", f"s3://{tenant}-checkpoints/lab-sft/")["keys"]
+        keys = lab.helper("list", f"s3://{checkpoints}/lab-sft/")["keys"]
         steps = sorted({k.split("/")[0] for k in keys})
-        LOG.append(f"$ checkpoints left under s3://{tenant}-checkpoints/lab-sft/: {steps}")
+        LOG.append(f"$ checkpoints left under s3://{checkpoints}/lab-sft/: {steps}")
         assert steps == [f"step-{6:08d}", f"step-{MAX_STEPS:08d}"]
 
         # Provenance: one run for the TrainJob across both attempts, read with the tenant's credentials.
@@ -254,7 +360,7 @@ def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_and_generate(
 
         # The registered model version: its source in the tenant's models bucket, the inputs as tags.
         (version,) = run["versions"]
-        adapter_uri = f"s3://{tenant}-models/{namespace}/lab-sft/adapter"
+        adapter_uri = f"s3://{models}/{namespace}/lab-sft/adapter"
         LOG.append(f"$ [{tenant}] model version {version['name']} v{version['version']} ({version['status']}): "
                    f"source {version['source']}")
         LOG.extend(f"  tag {k} = {v}" for k, v in sorted(version["tags"].items()) if not k.startswith("trainyard.kueue"))
@@ -264,13 +370,9 @@ def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_and_generate(
         assert version["tags"]["trainyard.base_model.revision"] == base["digest"]
         assert version["tags"]["trainyard.dataset.version"] == pinned["version_id"]
 
-        # What serving does with it: both locations downloaded, the adapter loaded onto the base, tokens out.
-        serve = lab.root / "serve"
-        lab.helper("download", adapter_uri + "/", str(serve / "adapter"), model_uri, str(serve / "base"))
-        generated = lab.helper("generate", str(lab.root / "serve" / "base"), str(lab.root / "serve" / "adapter"),
-                               "the cat sat on the")
-        LOG.append(f"$ PeftModel.from_pretrained(base, adapter).generate('the cat sat on the', 8 tokens) -> {generated}")
-        assert len(generated["new_tokens"]) == 8 and generated["adapter_changes_logits"]
+        # The handover: promote, check, the storage initializer with the serving identity, generate.
+        handover(lab, version, base_model_uri=model_uri, adapter_uri=adapter_uri, base_digest=base["digest"],
+                 trained_adapter=lab.root / "attempt-2" / "output" / "adapter", keys=object_store_keys, store=s3)
     finally:
         with capsys.disabled():
             print("\n==== lab run log (" + s3["server"] + ") ====\n" + "\n".join(LOG))

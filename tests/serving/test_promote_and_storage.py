@@ -11,28 +11,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
-from tests.conftest import CRDS_DIR, ROOT, rendered, stack
+from tests.conftest import CRDS_DIR, stack
+from tests.serving import promotion
 from tests.serving.conftest import BUCKETS, READ_ONLY, S3Server, serving_python
-from trainyard.manifests import generated, object_store
-from trainyard.manifests.serving import (
-    S3_ENDPOINT_ANNOTATION,
-    S3_REGION_ANNOTATION,
-    S3_SECRET,
-    S3_USE_HTTPS_ANNOTATION,
-    S3_VERIFY_SSL_ANNOTATION,
-    SERVICE_ACCOUNT,
-)
+from trainyard.manifests import object_store
+from trainyard.manifests.serving import SERVICE_ACCOUNT
 from trainyard.schemas import Validator
 
 pytestmark = pytest.mark.serving
-TRAINYARD = Path(sys.executable).parent / "trainyard"
 
 REGISTER = """
 import json, os, sys, tempfile
@@ -66,36 +57,6 @@ register("team-b", "s3://team-b-models/mlflow/team-b", "ranker",
 print(json.dumps(out))
 """
 
-# What initializer-entrypoint does (python/storage-initializer/scripts/initializer-entrypoint at v0.20.0).
-DOWNLOAD = """
-import sys
-from kserve_storage import Storage
-Storage.download_files([sys.argv[1]], [sys.argv[2]])
-"""
-
-
-def kserve_storage_env(secret: dict[str, Any], s3_values: dict[str, str]) -> dict[str, str]:
-    """The environment KServe's credential builder gives the storage initializer for an S3 Secret.
-
-    Mirrors pkg/credentials/s3/s3_secret.go BuildSecretEnvs and utils.go BuildS3EnvVars at v0.20.0, for
-    the values Trainyard sets: the Secret is an S3 one when it has the configured secret-key entry; the
-    keys become AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY; annotations give S3_ENDPOINT and AWS_ENDPOINT_URL
-    (scheme from s3-usehttps, https unless "0"), S3_USE_HTTPS, S3_VERIFY_SSL and AWS_DEFAULT_REGION.
-    """
-    data, annotations = secret["stringData"], secret["metadata"]["annotations"]
-    assert s3_values["secretAccessKeyName"] in data, "KServe would not recognise this Secret as S3 credentials"
-    endpoint, use_https = annotations[S3_ENDPOINT_ANNOTATION], annotations[S3_USE_HTTPS_ANNOTATION]
-    return {
-        "AWS_ACCESS_KEY_ID": data[s3_values["accessKeyIdName"]],
-        "AWS_SECRET_ACCESS_KEY": data[s3_values["secretAccessKeyName"]],
-        "S3_USE_HTTPS": use_https,
-        "S3_ENDPOINT": endpoint,
-        "AWS_ENDPOINT_URL": ("http://" if use_https == "0" else "https://") + endpoint,
-        "S3_VERIFY_SSL": annotations[S3_VERIFY_SSL_ANNOTATION],
-        "AWS_DEFAULT_REGION": annotations[S3_REGION_ANNOTATION],
-    }
-
-
 @pytest.fixture(scope="module")
 def registered(mlflow_server: str, s3: S3Server) -> dict[str, dict[str, str]]:
     result = serving_python(REGISTER, {**s3.admin_env(), "MLFLOW_TRACKING_URI": mlflow_server})
@@ -105,16 +66,13 @@ def registered(mlflow_server: str, s3: S3Server) -> dict[str, dict[str, str]]:
 
 def promote(mlflow_server: str, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     out = tmp_path / "isvc.yaml"
-    result = subprocess.run([str(TRAINYARD), "promote", "local", "--tenant", "team-a", "--tracking-uri", mlflow_server,
-                             "--gpus", "0", "--cpu", "2", "--memory", "8Gi", "--out", str(out), *args],
-                            capture_output=True, text=True, cwd=ROOT, check=False, timeout=300)
+    result = promotion.promote("local", "team-a", mlflow_server, out, "--gpus", "0", "--cpu", "2", "--memory", "8Gi", *args)
     print(result.stdout, result.stderr)
     return result, out
 
 
 def check(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(TRAINYARD), "check", "local", str(path)], capture_output=True, text=True, cwd=ROOT,
-                          check=False, timeout=300)
+    return promotion.check("local", path)
 
 
 def test_the_read_only_identities_are_the_ones_trainyard_renders() -> None:
@@ -180,21 +138,12 @@ def test_promote_names_an_unknown_model_version(mlflow_server: str, registered: 
 
 @pytest.fixture(scope="module")
 def team_a_storage_env(s3: S3Server) -> dict[str, str]:
-    """team-a's rendered Secret, its generated keys filled in (as the component would), as KServe's env."""
-    platform = rendered("local")
-    objects = platform.tenant_objects("team-a")
-    secret = next(o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"] == S3_SECRET)
-    account = next(o for o in objects if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == SERVICE_ACCOUNT)
-    assert account["secrets"] == [{"name": S3_SECRET}]
+    """team-a's rendered serving Secret, its generated keys filled in (as the component would), as KServe's env."""
     config = stack("local").config
     identity = object_store.serving_identity(config, next(t for t in config.tenants if t.name == "team-a"))
     access_key, secret_key = s3.identities[identity.name]
-    secret = generated.substitute(secret, {identity.access_key.name: access_key,
-                                           identity.secret_key.name: secret_key})
-    # The one deploy-specific value: the object store's address is this machine's test server.
-    secret["metadata"]["annotations"][S3_ENDPOINT_ANNOTATION] = s3.url.removeprefix("http://")
-    kserve = next(r for r in platform.releases if r.name == "kserve")
-    env = kserve_storage_env(secret, kserve.values["kserve"]["storage"]["s3"])
+    env = promotion.predictor_storage_env("local", "team-a", {identity.access_key.name: access_key,
+                                                              identity.secret_key.name: secret_key}, s3.url)
     print({k: ("<redacted>" if "SECRET" in k else v) for k, v in env.items()})
     return env
 
@@ -202,7 +151,7 @@ def team_a_storage_env(s3: S3Server) -> dict[str, str]:
 def test_kserve_storage_initializer_downloads_the_promoted_model_with_the_rendered_credentials(
         registered: dict[str, dict[str, str]], team_a_storage_env: dict[str, str], tmp_path: Path, s3: S3Server) -> None:
     dest = tmp_path / "mnt-models"
-    result = serving_python(DOWNLOAD, team_a_storage_env, registered["chat-base"]["source"], str(dest))
+    result = serving_python(promotion.DOWNLOAD, team_a_storage_env, registered["chat-base"]["source"], str(dest))
     files = sorted(p.name for p in dest.iterdir()) if dest.exists() else []
     print(f"[{s3.kind}] allowed: exit {result.returncode}; files {files}")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -212,7 +161,7 @@ def test_kserve_storage_initializer_downloads_the_promoted_model_with_the_render
 def test_kserve_storage_initializer_is_refused_another_tenants_model(
         registered: dict[str, dict[str, str]], team_a_storage_env: dict[str, str], tmp_path: Path, s3: S3Server) -> None:
     dest = tmp_path / "mnt-models"
-    result = serving_python(DOWNLOAD, team_a_storage_env, registered["ranker"]["source"], str(dest))
+    result = serving_python(promotion.DOWNLOAD, team_a_storage_env, registered["ranker"]["source"], str(dest))
     last = (result.stderr.strip().splitlines() or [""])[-1]
     print(f"[{s3.kind}] refused: exit {result.returncode}: {last}")
     assert result.returncode != 0

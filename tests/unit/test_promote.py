@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
+
 from tests.conftest import ROOT, stack
-from trainyard.serving.promote import ModelRef, base_from_tags, inference_service, to_file
+from trainyard.serving.promote import ModelRef, PromoteError, base_from_tags, inference_service, resolve, storage_uri, to_file
 
 ADAPTER = ModelRef(
     name="team-a-lab-sft", version="3", alias=None, location="s3://team-a-models/team-a/lab-sft/adapter",
@@ -24,7 +28,52 @@ def test_promote_serves_the_lab_adapter_on_the_base_its_tags_name() -> None:
     base = base_from_tags(ADAPTER)
     isvc = inference_service(config, ROOT, tenant, ADAPTER, name="lab-sft", runtime="vllm-openai", base=base)
     predictor = isvc["spec"]["predictor"]
-    assert [u["uri"] for u in predictor["storageUris"]] == ["s3://team-a-models/base/tiny-llama",
+    # The base model's directory keeps its slash (KServe downloads every key under the prefix).
+    assert [u["uri"] for u in predictor["storageUris"]] == ["s3://team-a-models/base/tiny-llama/",
                                                            "s3://team-a-models/team-a/lab-sft/adapter"]
     assert predictor["model"]["args"] == ["--lora-modules", "team-a-lab-sft=/mnt/adapters/team-a-lab-sft"]
     assert "from the version's tags" in to_file(isvc, ADAPTER, base).splitlines()[0]
+
+
+class Registry:
+    """An MLflow client's registry calls as PostgreSQL-backed MLflow 3.15.1 answers them (mlflow/mlflow#24515)."""
+
+    def __init__(self, *versions: ModelRef) -> None:
+        self.versions = versions
+        self.searches: list[str] = []
+
+    def search_model_versions(self, filter_string: str) -> list[SimpleNamespace]:
+        self.searches.append(filter_string)
+        return [SimpleNamespace(name=v.name, version=v.version, source=v.location, tags=dict(v.tags)) for v in self.versions
+                if filter_string in (f"name = '{v.name}'", f'name = "{v.name}"')]
+
+    def get_model_version(self, name: str, version: str) -> None:
+        raise AssertionError("get_model_version by number: PostgreSQL refuses it on MLflow 3.15.1")
+
+    def get_model_version_download_uri(self, name: str, version: str) -> None:
+        raise AssertionError("get_model_version_download_uri: the same lookup by number")
+
+
+def test_a_version_number_is_found_among_the_models_versions_and_its_s3_source_is_the_location() -> None:
+    registry = Registry(ADAPTER, ModelRef("team-a-lab-sft", "4", None, "s3://team-a-models/team-a/lab-sft-4/adapter"))
+    ref = resolve(registry, "team-a-lab-sft", "3", None)
+    assert (ref.name, ref.version, ref.location, ref.alias) == ("team-a-lab-sft", "3", ADAPTER.location, None)
+    assert ref.tags["trainyard.base_model.uri"] == "s3://team-a-models/base/tiny-llama/"
+    assert registry.searches == ["name = 'team-a-lab-sft'"]
+
+
+def test_an_unknown_version_number_names_the_versions_there_are() -> None:
+    with pytest.raises(PromoteError, match=r"model registry: model 'team-a-lab-sft' has no version 7 \(versions: 3\)"):
+        resolve(Registry(ADAPTER), "team-a-lab-sft", "7", None)
+    with pytest.raises(PromoteError, match="give a version number"):
+        resolve(Registry(ADAPTER), "team-a-lab-sft", "three", None)
+
+
+def test_a_directory_location_keeps_one_trailing_slash_and_a_bare_bucket_is_refused() -> None:
+    config = stack("local").config
+    tenant = next(t for t in config.tenants if t.name == "team-a")
+    uri = storage_uri(config, tenant, ModelRef("m", "1", None, "s3://team-a-models/base/qwen//"))
+    assert uri == "s3://team-a-models/base/qwen/"
+    assert storage_uri(config, tenant, ModelRef("m", "1", None, "s3://team-a-models/base/qwen")) == "s3://team-a-models/base/qwen"
+    with pytest.raises(PromoteError, match="outside tenant team-a's model bucket"):
+        storage_uri(config, tenant, ModelRef("m", "1", None, "s3://team-a-models/"))

@@ -2,8 +2,9 @@
 
 From (tenant, model name, version or alias) to one YAML file in the tenant's namespace:
 
-1. MLflow's client (REST) resolves the version, or the alias, and the version's artifact location
-   (``get_model_version_download_uri``; MLflow 3 resolves ``models:/`` sources to where the files are).
+1. MLflow's client (REST) resolves the version (among the model's versions), or the alias, and the
+   version's artifact location (its ``s3://`` source; ``get_model_version_download_uri`` resolves
+   ``models:/`` sources to where the files are).
 2. The location must be an ``s3://`` path inside the tenant's own model bucket: KServe's storage
    initializer has no ``models:/`` or ``mlflow-artifacts:`` scheme (kserve_storage.py at v0.20.0), and
    the tenant's serving identity can read nothing else. Anything else is refused, naming what was found.
@@ -68,6 +69,39 @@ class Resources:
     memory: str = "32Gi"
 
 
+def _by_number(client: Any, name: str, version: str) -> Any:
+    """The version ``version`` of ``name``, found among the model's versions.
+
+    Not ``get_model_version``: MLflow 3.15.1's SQL store compares the version, a string from the REST
+    request, with the integer column (``_validate_model_version`` drops its int; mlflow/mlflow#24515,
+    fixed in 3.16.0 by mlflow/mlflow#24565), which PostgreSQL, the backend Trainyard deploys, refuses
+    ("operator does not exist: integer = character varying"); sqlite lets it pass. Searching by name
+    compares strings only.
+    """
+    if not version.isdigit():
+        raise PromoteError(f"--version {version!r}: give a version number (or --alias)")
+    quote = '"' if "'" in name else "'"
+    versions = client.search_model_versions(f"name = {quote}{name}{quote}")
+    found = next((mv for mv in versions if str(mv.version) == str(int(version))), None)
+    if found is None:
+        known = ", ".join(sorted((str(mv.version) for mv in versions), key=int)) or "none"
+        raise PromoteError(f"model registry: model {name!r} has no version {version} (versions: {known})")
+    return found
+
+
+def _location(client: Any, mv: Any) -> str:
+    """Where the version's files are: its ``s3://`` source as registered, else what MLflow resolves it to.
+
+    For any source but ``models:/`` MLflow stores the source itself as the version's storage location
+    (SqlAlchemyStore.create_model_version), which is what ``get_model_version_download_uri`` returns; that
+    call looks the version up by number (see ``_by_number``), so it is left to ``models:/`` sources.
+    """
+    source = str(mv.source or "")
+    if source.startswith("s3://"):
+        return source
+    return str(client.get_model_version_download_uri(mv.name, mv.version))
+
+
 def resolve(client: Any, name: str, version: str | None, alias: str | None) -> ModelRef:
     """The model version (by number or alias) and the location of its files, from the MLflow registry."""
     from mlflow.exceptions import MlflowException
@@ -75,8 +109,8 @@ def resolve(client: Any, name: str, version: str | None, alias: str | None) -> M
     if (version is None) == (alias is None):
         raise PromoteError("give exactly one of --version or --alias")
     try:
-        mv = client.get_model_version_by_alias(name, alias) if alias else client.get_model_version(name, version)
-        location = client.get_model_version_download_uri(name, mv.version)
+        mv = client.get_model_version_by_alias(name, alias) if alias else _by_number(client, name, str(version))
+        location = _location(client, mv)
     except MlflowException as exc:
         raise PromoteError(f"model registry: {exc.message}") from None
     return ModelRef(name=name, version=str(mv.version), alias=alias, location=str(location),
@@ -113,7 +147,10 @@ def storage_uri(config: PlatformConfig, tenant: Tenant, ref: ModelRef) -> str:
         raise PromoteError(
             f"model {ref.name} version {ref.version} is stored at {ref.location!r}, outside tenant "
             f"{tenant.name}'s model bucket ({prefix}...); its serving identity cannot read it")
-    return location
+    # A location given as a directory stays one: KServe's S3 download takes every key that starts with
+    # the path (Bucket.objects.filter(Prefix=...), kserve_storage.py _download_s3 at v0.20.0), so
+    # ".../base/qwen" would also fetch ".../base/qwen-instruct/..." into the model directory.
+    return location + "/" if ref.location.endswith("/") else location
 
 
 def _runtime(config: PlatformConfig, root: Path, name: str | None) -> Manifest:
