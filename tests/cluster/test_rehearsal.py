@@ -483,8 +483,10 @@ def test_destroy_keeps_crds_namespaces_and_volumes(engine: Engine, deployed: Run
     # Every namespace is retained (tenants', the object store's, and those of the controllers the stack installs).
     assert {"team-a", "team-b", "object-store"} <= {k[3] for k in retained if k[1] == "Namespace"}
     assert {k[3] for k in retained if k[1] == "Namespace"} == {k[3] for k in rendered_objects if k[1] == "Namespace"}
-    # The object store's data volume outlives the stack (manifests/lifecycle.py), where the stack renders it
-    # (the local stack keeps SeaweedFS external: no chart, no claim); every rendered claim is in `retained`.
+    # The object store's data volume outlives the stack (manifests/lifecycle.py): the local stack renders
+    # SeaweedFS's claim although its chart is external (core objects have the group "", see key_of).
+    # test_destroy_keeps_data.py proves the same with MLflow's PostgreSQL and protect_data on.
+    assert ("", "PersistentVolumeClaim", "object-store", "seaweedfs-data") in retained
     assert all(k in retained for k in rendered_objects if k[1] == "PersistentVolumeClaim")
     live = live_objects(engine.cluster, list(rendered_objects))
     assert sorted(set(retained) - set(live)) == []
