@@ -2,9 +2,10 @@
 
 The servers and KServe's ``kserve_storage`` run from the data plane's tool venv (``make serving-env``:
 ``tools/mlflow/install.sh``, pinned in ``tools/mlflow/requirements.txt``; the dataplane tier's MLflow
-server uses the same venv), apart from the project venv whose Pulumi pins conflict with theirs. The S3 server is SeaweedFS (``weed`` from ``tools/build.sh seaweedfs``) when it is built, else
-moto's server (a second real S3 implementation, with IAM identity policies enforced). Tests skip,
-saying why, when that venv is absent.
+server uses the same venv), apart from the project venv whose Pulumi pins conflict with theirs. The S3
+server is SeaweedFS (``weed`` from ``tools/build.sh seaweedfs``) when it is built, else moto's server
+(a second real S3 implementation, with IAM identity policies enforced). Tests skip, saying why, when that
+venv is absent.
 """
 
 from __future__ import annotations
