@@ -35,6 +35,7 @@ Covered and not covered (the rehearsal runs no chart: SeaweedFS, CloudNativePG a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -209,6 +210,11 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             if CNPG_CLUSTER in live:
                 cluster.create_missing([stand_in_instance_claim(live[CNPG_CLUSTER])])
         yield deployed
+        # The retained claims' volumes are directories under /tmp/hostpath_pv (the StorageClass reclaims with
+        # Delete): delete the claims before the control plane stops, so that the provisioner removes them.
+        cluster.kubectl("delete", "pvc", "--all", "--all-namespaces", "--wait=false", check=False)
+        with contextlib.suppress(TimeoutError):
+            wait_until("the rehearsal volumes to be reclaimed", lambda: not cluster.get_json("pv")["items"], 60)
 
 
 @pytest.fixture
@@ -283,7 +289,8 @@ def test_unprotected_destroy_keeps_every_volume_the_database_crds_and_namespaces
     for key, volume in volumes_before.items():
         assert live[key]["status"]["phase"] == "Bound" and live[key]["spec"]["volumeName"] == volume, key
         assert volumes[volume]["status"]["phase"] == "Bound", volume
-    assert cluster.get_json("pods", "-n", "object-store")["items"] == []  # the provisioning Job's pod went with it
+    # The provisioning Job went with its pods (the provider deletes with foreground propagation).
+    assert cluster.get_json("pods", "-n", "object-store")["items"] == []
 
     rows = [("kind", "namespace/name", "in the state", "after destroy")]
     for key in sorted(live, key=lambda k: (k[1] == "CustomResourceDefinition", k[1], k[2], k[3])):
