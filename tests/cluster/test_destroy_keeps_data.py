@@ -289,7 +289,8 @@ def test_unprotected_destroy_keeps_every_volume_the_database_crds_and_namespaces
     for key, volume in volumes_before.items():
         assert live[key]["status"]["phase"] == "Bound" and live[key]["spec"]["volumeName"] == volume, key
         assert volumes[volume]["status"]["phase"] == "Bound", volume
-    # The provisioning Job went with its pods (the provider deletes with foreground propagation).
+    # The provisioning Job went with its pods (the provider deletes with foreground propagation by default;
+    # Ref: pulumi-kubernetes annotation pulumi.com/deletionPropagationPolicy, pulumi/pulumi-kubernetes#3011).
     assert cluster.get_json("pods", "-n", "object-store")["items"] == []
 
     rows = [("kind", "namespace/name", "in the state", "after destroy")]
