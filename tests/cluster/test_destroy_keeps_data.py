@@ -29,6 +29,7 @@ Covered and not covered (the rehearsal runs no chart: SeaweedFS, CloudNativePG a
   part: the claim lives as long as the retained Cluster does (the garbage collector is running).
 - Backups are off in this variant: the barman-cloud ``ObjectStore`` has no CRD in the mirror (the plugin
   is a prerequisite this stack does not install), so neither it nor the ``ScheduledBackup`` is rendered.
+- Serving is off (it holds no data; test_rehearsal.py's destroy retains its CRDs on the session's cluster).
 - The MinIO backend (pool PVCs from the operator's StatefulSet) and the charts' own data-holding children
   (``retain_chart_data``) are not exercised: no chart is installed in a rehearsal.
 """
