@@ -2,6 +2,7 @@
 # Run the real Pulumi engine for a Trainyard stack against the local control plane.
 #
 #   tools/pulumi-local.sh up|preview|destroy|refresh [STACK] [extra pulumi args...]
+#   tools/pulumi-local.sh state STACK SUBCOMMAND [args...]  `pulumi state` on the stack (e.g. local unprotect --all --yes)
 #   tools/pulumi-local.sh env [STACK]     print the environment it runs Pulumi with
 #   tools/pulumi-local.sh rundir [STACK]  prepare the run directory and print its path
 #
@@ -39,7 +40,7 @@ CONTEXT=trainyard-local
 
 log() { printf '%s\n' "$*" >&2; }
 die() { log "pulumi-local.sh: $*"; exit 2; }
-usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 # The stack file the run uses: $TRAINYARD_STACK_FILE, or the repo's stacks/Pulumi.STACK.yaml.
 source_stack_file() {
@@ -185,13 +186,19 @@ ensure_cluster() {
 main() {
   local cmd="${1:-}"
   case "$cmd" in
-    up|preview|destroy|refresh|env|rundir) shift ;;
+    up|preview|destroy|refresh|state|env|rundir) shift ;;
     -h|--help|help|"") usage; return 0 ;;
-    *) die "unknown command '$cmd' (up|preview|destroy|refresh|env|rundir)" ;;
+    *) die "unknown command '$cmd' (up|preview|destroy|refresh|state|env|rundir)" ;;
   esac
   local stack=local
   if [[ $# -gt 0 && "$1" != -* ]]; then stack="$1"; shift; fi
   [[ "$stack" =~ ^[A-Za-z0-9_.-]+$ ]] || die "bad stack name '$stack' (a name like local, not a path)"
+  # `pulumi state` takes its subcommand first (`pulumi state unprotect --stack S ...`).
+  local pulumi_cmd=("$cmd")
+  if [[ "$cmd" == state ]]; then
+    [[ $# -gt 0 && "$1" != -* ]] || die "state needs a subcommand (e.g. state $stack unprotect --all --yes)"
+    pulumi_cmd+=("$1"); shift
+  fi
 
   [[ -x "$VENV/bin/python" ]] || die "$VENV missing: run make setup"
   # The engine's tools; `trainyard cluster up` checks the cluster's own when it has to start one.
@@ -230,17 +237,17 @@ main() {
   # report "unchanged" and deploy nothing: refresh the state from the cluster first.
   local uid uid_file="$STATE_DIR/cluster-uid.$stack" refresh=()
   uid="$(cluster_uid)" || die "cannot read namespace kube-system from the cluster ($KUBECONFIG)"
-  if [[ "$cmd" != refresh && "$(cat "$uid_file" 2>/dev/null)" != "$uid" ]] \
+  if [[ "$cmd" != refresh && "$cmd" != state && "$(cat "$uid_file" 2>/dev/null)" != "$uid" ]] \
       && grep -q '"urn"' "$STATE_DIR/.pulumi/stacks/trainyard/$stack.json" 2>/dev/null; then
     log "==> the state was not written against this cluster (recreated or purged since?): $cmd --refresh"
     refresh=(--refresh)
   fi
-  log "==> pulumi $cmd --stack $stack${refresh:+ ${refresh[*]}} $*"
+  log "==> pulumi ${pulumi_cmd[*]} --stack $stack${refresh:+ ${refresh[*]}} $*"
   local rc=0 start
   start=$(date +%s%N)
-  pulumi "$cmd" --non-interactive --stack "$stack" "${refresh[@]}" "$@" || rc=$?
+  pulumi "${pulumi_cmd[@]}" --non-interactive --stack "$stack" "${refresh[@]}" "$@" || rc=$?
   persist_salt "$run" "$stack"
-  if [[ $rc == 0 && "$cmd" != preview ]]; then echo "$uid" > "$uid_file"; fi
+  if [[ $rc == 0 && "$cmd" != preview && "$cmd" != state ]]; then echo "$uid" > "$uid_file"; fi
   log "==> pulumi $cmd: exit $rc, engine time $(( ($(date +%s%N) - start) / 1000000 )) ms"
   return $rc
 }

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import CRDS_DIR, ROOT
+from trainyard.manifests.meta import Manifest
 from trainyard.manifests.rehearsal import fake_nodes
 from trainyard.project import open_stack
 from trainyard.rehearsal.cluster import ControlPlane, Ports, Settings
@@ -111,6 +112,29 @@ class Cluster:
             return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
         for name in crds:
             wait_until(f"CRD {name} to be established", partial(established, name), timeout)
+
+
+Key = tuple[str, str, str, str]  # group, kind, namespace, name
+
+
+def key_of(obj: Manifest) -> Key:
+    api_version: str = obj["apiVersion"]
+    group = api_version.split("/", maxsplit=1)[0] if "/" in api_version else ""
+    meta = obj["metadata"]
+    return group, obj["kind"], meta.get("namespace", ""), meta["name"]
+
+
+def resource_of(key: Key) -> str:
+    group, kind, _, _ = key
+    return f"{kind}.{group}" if group else kind
+
+
+def live_objects(cluster: Cluster, keys: list[Key]) -> dict[Key, Manifest]:
+    """The live objects with these keys (one `kubectl get` over all their kinds)."""
+    kinds = sorted({resource_of(k) for k in keys})
+    listed = cluster.get_json(",".join(kinds), "--all-namespaces")
+    found = {key_of(item): item for item in listed["items"]}
+    return {k: found[k] for k in keys if k in found}
 
 
 def private_env(state_dir: Path) -> dict[str, str]:

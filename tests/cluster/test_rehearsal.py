@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.conftest import BIN_DIR, TRAINYARD, Cluster
+from tests.cluster.conftest import BIN_DIR, TRAINYARD, Cluster, Key, key_of, live_objects, resource_of
 from tests.conftest import ROOT
 from trainyard.config import load_stack
 from trainyard.manifests import render_platform
@@ -44,7 +44,6 @@ ENGINE_TIME = re.compile(r"^==> pulumi \w+: exit \d+, engine time (\d+) ms$", re
 # metadata the API server owns; never part of what Trainyard declares
 SERVER_METADATA = frozenset({"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields",
                              "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"})
-Key = tuple[str, str, str, str]  # group, kind, namespace, name
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -101,26 +100,6 @@ class Timing:
     wall: float
     engine: float | None
     note: str
-
-
-def key_of(obj: Manifest) -> Key:
-    api_version: str = obj["apiVersion"]
-    group = api_version.split("/", maxsplit=1)[0] if "/" in api_version else ""
-    meta = obj["metadata"]
-    return group, obj["kind"], meta.get("namespace", ""), meta["name"]
-
-
-def resource_of(key: Key) -> str:
-    group, kind, _, _ = key
-    return f"{kind}.{group}" if group else kind
-
-
-def live_objects(cluster: Cluster, keys: list[Key]) -> dict[Key, Manifest]:
-    """The live objects with these keys (one `kubectl get` over all their kinds)."""
-    kinds = sorted({resource_of(k) for k in keys})
-    listed = cluster.get_json(",".join(kinds), "--all-namespaces")
-    found = {key_of(item): item for item in listed["items"]}
-    return {k: found[k] for k in keys if k in found}
 
 
 def versions(cluster: Cluster, keys: list[Key]) -> dict[Key, str]:
@@ -504,8 +483,10 @@ def test_destroy_keeps_crds_namespaces_and_volumes(engine: Engine, deployed: Run
     # Every namespace is retained (tenants', the object store's, and those of the controllers the stack installs).
     assert {"team-a", "team-b", "object-store"} <= {k[3] for k in retained if k[1] == "Namespace"}
     assert {k[3] for k in retained if k[1] == "Namespace"} == {k[3] for k in rendered_objects if k[1] == "Namespace"}
-    # The object store's data volume outlives the stack (manifests/lifecycle.py), where the stack renders it
-    # (the local stack keeps SeaweedFS external: no chart, no claim); every rendered claim is in `retained`.
+    # The object store's data volume outlives the stack (manifests/lifecycle.py): the local stack renders
+    # SeaweedFS's claim although its chart is external (core objects have the group "", see key_of).
+    # test_destroy_keeps_data.py proves the same with MLflow's PostgreSQL and protect_data on.
+    assert ("", "PersistentVolumeClaim", "object-store", "seaweedfs-data") in retained
     assert all(k in retained for k in rendered_objects if k[1] == "PersistentVolumeClaim")
     live = live_objects(engine.cluster, list(rendered_objects))
     assert sorted(set(retained) - set(live)) == []

@@ -14,70 +14,32 @@ from __future__ import annotations
 import base64
 import http.server
 import json
-import os
-import re
 import shutil
-import subprocess
-import tarfile
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import ROOT, needs_crds, stack
+from tests.oci_registry import CRANE, Registry, serve_registry
 from trainyard.cli import main
 from trainyard.supply.bom import build_bom, lock_references
 from trainyard.supply.lock import load_lock
 
 pytestmark = [pytest.mark.registry, needs_crds]
-TOOLS_DIR = Path(os.environ.get("TRAINYARD_TOOLS_DIR") or Path.home() / ".cache" / "trainyard" / "tools")
-CRANE = TOOLS_DIR / "bin" / "crane"
 MIRROR_HOST = "registry.trainyard.internal"
-
-
-@dataclass(frozen=True)
-class Registry:
-    address: str  # 127.0.0.1:PORT
-
-    def crane(self, *args: str) -> str:
-        return subprocess.run([str(CRANE), *args], check=True, capture_output=True, text=True, timeout=120).stdout.strip()
 
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     if not CRANE.is_file():
         pytest.skip(f"crane not built ({CRANE}): run `make tools` (tools/build.sh crane)")
-    log = tmp_path_factory.mktemp("registry") / "registry.log"
-    with log.open("w") as out:
-        process = subprocess.Popen([str(CRANE), "registry", "serve", "--address", "127.0.0.1:0"], stdout=out, stderr=out)
-    try:
-        port = None
-        for _ in range(100):
-            match = re.search(r"serving on port (\d+)", log.read_text())
-            if match:
-                port = match.group(1)
-                break
-            time.sleep(0.1)
-        assert port, f"crane registry did not start: {log.read_text()}"
-        yield Registry(f"127.0.0.1:{port}")
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def _layer(directory: Path, text: str) -> Path:
-    content = directory / "hello.txt"
-    content.write_text(text)
-    layer = directory / f"layer-{abs(hash(text))}.tar"
-    with tarfile.open(layer, "w") as tar:
-        tar.add(content, arcname="hello.txt")
-    return layer
+    with serve_registry(tmp_path_factory.mktemp("registry") / "registry.log") as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -87,18 +49,16 @@ def mirrored(registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> di
     digests = {}
     refs = lock_references(build_bom(stack("prod")))
     for index, ref in enumerate(refs):
-        target = f"{registry.address}/{ref.repository}:{ref.tag}"
         if index == 0:
             # A multi-platform index: the lock must hold the index digest, not one platform's.
-            children = []
+            target = f"{registry.address}/{ref.repository}:{ref.tag}"
+            children = [f"{registry.address}/{ref.repository}:{ref.tag}-{arch}" for arch in ("amd64", "arm64")]
             for arch in ("amd64", "arm64"):
-                child = f"{registry.address}/{ref.repository}:{ref.tag}-{arch}"
-                registry.crane("append", "--insecure", "-f", str(_layer(work, f"{ref} {arch}")), "-t", child)
-                children.append(child)
+                registry.push(ref, work, f"{ref} {arch}", tag=f"{ref.tag}-{arch}")
             registry.crane("index", "append", "--insecure", "-t", target, *[f"-m={c}" for c in children])
+            digests[ref.tagged] = registry.crane("digest", "--insecure", target)
         else:
-            registry.crane("append", "--insecure", "-f", str(_layer(work, str(ref))), "-t", target)
-        digests[ref.tagged] = registry.crane("digest", "--insecure", target)
+            digests[ref.tagged] = registry.push(ref, work)
     return digests
 
 
