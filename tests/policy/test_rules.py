@@ -133,6 +133,14 @@ CASES: dict[str, Case] = {
           "metadata": {"name": "mine", "namespace": TENANT_NS}, "spec": {}}],
         [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
           "metadata": {"name": "mine", "namespace": "platform-sandbox"}, "spec": {}}]),
+    "runtime-claim-retention": lambda _: (
+        [_runtime_with_claims({"templates": [{"metadata": {"name": "initializer"}}]})],
+        [_runtime_with_claims({"retentionPolicy": {"whenDeleted": "Delete"},
+                               "templates": [{"metadata": {"name": "initializer"}}]})]),
+    "runtime-pods-request-resources": lambda _: (
+        [_runtime_with_container({"limits": {"nvidia.com/gpu": 1}}), _runtime_with_container({})],
+        [_runtime_with_container({"requests": {"cpu": "1", "memory": "4Gi"}}),
+         _runtime_with_container({"limits": {"cpu": "1", "memory": "4Gi"}})]),
     "tenant-default-deny": lambda objs: (_without(objs, "NetworkPolicy", TENANT_NS), objs),
     "tenant-local-queue": lambda objs: (_without(objs, "LocalQueue", TENANT_NS), objs),
     "tenant-resource-quota": lambda objs: (_without(objs, "ResourceQuota", TENANT_NS), objs),
@@ -168,6 +176,18 @@ CASES: dict[str, Case] = {
     "images-in-bom": lambda objs: ([*objs, _deployment("quay.io/someone/exporter:v1")], objs),
     "chart-images-known": lambda objs: (objs, objs),  # the releases differ, see _context
 }
+
+
+def _runtime_with_claims(policy: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime", "metadata": {"name": "r"},
+            "spec": {"template": {"spec": {"volumeClaimPolicies": [policy], "replicatedJobs": []}}}}
+
+
+def _runtime_with_container(resources: dict[str, Any]) -> dict[str, Any]:
+    job = {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [
+        {"name": "node", "image": "registry.trainyard.internal/x@sha256:" + "a" * 64, "resources": resources}]}}}}}
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime", "metadata": {"name": "r"},
+            "spec": {"template": {"spec": {"replicatedJobs": [job]}}}}
 
 
 def _identities_file(identity: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,8 @@ from trainyard.components.kubernetes_object import KubernetesObject
 from trainyard.project import open_stack
 
 Edges = dict[str, set[str]]
+# key -> (replace_on_changes, delete_before_replace) of the objects registered with replace_on_changes
+REPLACED: dict[str, tuple[list[str], bool]] = {}
 
 
 def recorded_edges(stack: str | Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, str] | None = None) -> Edges:
@@ -43,6 +45,8 @@ def recorded_edges(stack: str | Path, monkeypatch: pytest.MonkeyPatch, config: d
         self.trainyard_key = manifest_key(manifest)  # type: ignore[attr-defined]
         depends_on = list(opts.depends_on or []) if opts is not None else []  # type: ignore[arg-type]
         edges[self.trainyard_key] = {key_of(d) for d in depends_on}  # type: ignore[attr-defined]
+        if opts is not None and opts.replace_on_changes:
+            REPLACED[self.trainyard_key] = (list(opts.replace_on_changes), bool(opts.delete_before_replace))  # type: ignore[attr-defined]
         original_object(self, manifest, opts)
 
     def recording_chart(self: platform_component.ConcernGroup, release: Any, depends_on: list[pulumi.Resource]) -> Any:
@@ -154,3 +158,12 @@ def kubeconfig_secret_name_of(worker: str) -> str:
 
     config = open_stack(str(ROOT / "tests" / "fixtures" / "multikueue" / "Pulumi.manager.yaml"), ROOT).config
     return kubeconfig_secret_name(next(w for w in config.multikueue.workers if w.name == worker))
+
+
+def test_a_training_runtime_is_replaced_when_a_field_its_crd_makes_immutable_changes(local_edges: Edges) -> None:
+    runtimes = {k: v for k, v in REPLACED.items() if ":ClusterTrainingRuntime:" in k}
+    assert runtimes and set(runtimes) == {k for k in local_edges if ":ClusterTrainingRuntime:" in k}
+    for paths, delete_first in runtimes.values():
+        assert "spec.template.spec.volumeClaimPolicies" in paths and delete_first
+    # Nothing else is: a Kueue ResourceFlavor's immutable nodeLabels stay refused, and data never is.
+    assert {k.split(":")[2] for k in REPLACED} == {"ClusterTrainingRuntime"}

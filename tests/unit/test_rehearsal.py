@@ -203,3 +203,17 @@ def test_tools_build_pins_the_versions_the_catalog_proves() -> None:
     assert (pins["KUEUE"], pins["JOBSET"], pins["TRAINER"]) in catalog.PROVEN_TOGETHER
     assert (pins["KUEUE"], pins["JOBSET"], pins["TRAINER"]) == tuple(catalog.DEFAULT_VERSIONS[c]
                                                                      for c in ("kueue", "jobset", "trainer"))
+
+
+def test_immutable_fields_are_read_from_the_crds_cel_rules() -> None:
+    from tests.conftest import CRDS_DIR
+    from trainyard.manifests.lifecycle import immutable_fields
+
+    if CRDS_DIR is None:
+        pytest.skip("upstream CRD mirror not found: set TRAINYARD_CRDS_DIR (default ../shared/crds)")
+    crd = yaml.safe_load((CRDS_DIR / "kubeflow-trainer" / "v2.3.0" /
+                          "trainer.kubeflow.org_clustertrainingruntimes.yaml").read_text())
+    assert immutable_fields(crd, "v1alpha1") == (
+        "spec.template.spec.failurePolicy", "spec.template.spec.network", "spec.template.spec.replicatedJobs[*].dependsOn",
+        "spec.template.spec.startupPolicy", "spec.template.spec.successPolicy", "spec.template.spec.volumeClaimPolicies")
+    assert immutable_fields(crd, "v9") == ()

@@ -36,7 +36,7 @@ from trainyard.config.model import PlatformConfig
 from trainyard.manifests import RenderedPlatform, render_platform
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
-from trainyard.manifests.lifecycle import holds_data
+from trainyard.manifests.lifecycle import REPLACED_ON_IMMUTABLE_CHANGE, holds_data, immutable_fields
 from trainyard.manifests.meta import TENANT_LABEL, Manifest
 
 TYPE_PREFIX = "trainyard:platform"
@@ -53,21 +53,26 @@ TENANTS_AFTER: tuple[str, ...] = ("queueing", "admission", "serving-admission")
 
 
 def _object_opts(config: PlatformConfig, obj: Manifest, parent: pulumi.Resource,
-                 depends_on: list[pulumi.Resource], secret_fields: list[str] | None = None) -> pulumi.ResourceOptions:
+                 depends_on: list[pulumi.Resource], secret_fields: list[str] | None = None,
+                 immutable: tuple[str, ...] = ()) -> pulumi.ResourceOptions:
     """Options for one object: data-holding objects survive destroy, and are protected where the stack says.
 
-    Fields holding generated values are secret inputs; their outputs are made secret too.
+    Fields holding generated values are secret inputs; their outputs are made secret too. For the kinds of
+    ``REPLACED_ON_IMMUTABLE_CHANGE``, a change to a field the CRD makes immutable replaces the object (deleted
+    first: the name stays), since the API server refuses the update; never a data-holding object.
     """
     data = holds_data(obj)
+    replace = list(immutable) if immutable and not data else None
     return pulumi.ResourceOptions(parent=parent, depends_on=depends_on, retain_on_delete=data,
                                   protect=data and config.lifecycle.protect_data,
-                                  additional_secret_outputs=secret_fields or None)
+                                  additional_secret_outputs=secret_fields or None,
+                                  replace_on_changes=replace, delete_before_replace=True if replace else None)
 
 
 def _object(config: PlatformConfig, obj: Manifest, parent: pulumi.Resource, depends_on: list[pulumi.Resource],
-            generated: GeneratedValues) -> KubernetesObject:
+            generated: GeneratedValues, immutable: tuple[str, ...] = ()) -> KubernetesObject:
     props, secret_fields = generated.resolve(obj)
-    return KubernetesObject(props, _object_opts(config, obj, parent, depends_on, secret_fields))
+    return KubernetesObject(props, _object_opts(config, obj, parent, depends_on, secret_fields, immutable))
 
 
 def group_kind(obj: Manifest) -> tuple[str, str]:
@@ -100,6 +105,7 @@ class Declared:
         self._crds: dict[tuple[str, str], pulumi.Resource] = {}
         self._all_crds: list[pulumi.Resource] = []
         self._secrets: dict[str, list[pulumi.Resource]] = {}
+        self._immutable: dict[tuple[str, str, str], tuple[str, ...]] = {}
 
     def add(self, obj: Manifest, resource: pulumi.Resource) -> None:
         if obj["kind"] == "Namespace":
@@ -107,8 +113,19 @@ class Declared:
         if obj["kind"] == "CustomResourceDefinition":
             self._crds[served_kind(obj)] = resource
             self._all_crds.append(resource)
+            group, kind = served_kind(obj)
+            if (group, kind) in REPLACED_ON_IMMUTABLE_CHANGE:
+                for version in obj["spec"].get("versions", []):
+                    self._immutable[(group, version["name"], kind)] = immutable_fields(obj, version["name"])
         if obj["kind"] == "Secret":
             self._secrets.setdefault(obj["metadata"]["name"], []).append(resource)
+
+    def immutable(self, obj: Manifest) -> tuple[str, ...]:
+        """The fields whose change replaces ``obj``: those its CRD makes immutable, for the kinds of
+        ``REPLACED_ON_IMMUTABLE_CHANGE`` (manifests/lifecycle.py); none for any other kind."""
+        group, kind = group_kind(obj)
+        version = obj["apiVersion"].rsplit("/", 1)[-1]
+        return self._immutable.get((group, version, kind), ())
 
     def crds(self) -> list[pulumi.Resource]:
         return list(self._all_crds)
@@ -137,7 +154,7 @@ def _declare(config: PlatformConfig, objects: list[Manifest], parent: pulumi.Res
     a MultiKueueCluster its kubeconfig Secret); generated values substituted as secrets."""
     resources: list[tuple[Manifest, KubernetesObject]] = []
     for obj in sorted(objects, key=lambda o: (o["kind"] != "Namespace", o["kind"] != "Secret")):
-        resource = _object(config, obj, parent, [*depends_on, *declared.needs(obj)], generated)
+        resource = _object(config, obj, parent, [*depends_on, *declared.needs(obj)], generated, declared.immutable(obj))
         declared.add(obj, resource)
         resources.append((obj, resource))
     return resources

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 
 from trainyard.manifests.meta import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, Manifest
 from trainyard.policy.model import Context, object_rule, stack_rule
-from trainyard.policy.pods import as_dict, dig
+from trainyard.policy.pods import as_dict, as_list, containers, dig
 
 TRAINER_GROUP = "trainer.kubeflow.org"
 
@@ -89,4 +89,38 @@ def training_runtime_allowed(obj: Manifest, ctx: Context) -> Iterator[str]:
         yield f"tenant {tenant.name} may not define TrainingRuntimes"
 
 
-RULES = (trainjob_approved_runtime, trainjob_queue_label, trainjob_priority_class, training_runtime_allowed)
+@object_rule("runtime-claim-retention", "A training runtime's volumeClaimPolicies spell out their retentionPolicy.",
+             "Add retentionPolicy (e.g. whenDeleted: Delete) to every spec.template.spec.volumeClaimPolicies entry.")
+def runtime_claim_retention(obj: Manifest, ctx: Context) -> Iterator[str]:
+    """JobSet v0.12.0 defaults ``retentionPolicy`` only on CREATE (its mutating webhook has no UPDATE rule)
+    and its CRD makes ``volumeClaimPolicies`` immutable; Trainer v2.3.0 re-applies the JobSet without the
+    default when Kueue resumes a preempted TrainJob, JobSet refuses the update, and the job never starts
+    again. Found on the rehearsal (docs/rehearsal.md). Ref: jobset v0.12.0 pkg/webhooks/jobset_webhook.go."""
+    if obj.get("kind") not in ("ClusterTrainingRuntime", "TrainingRuntime"):
+        return
+    for i, policy in enumerate(as_list(dig(obj, "spec", "template", "spec", "volumeClaimPolicies"))):
+        if not as_dict(policy).get("retentionPolicy"):
+            yield (f"spec.template.spec.volumeClaimPolicies[{i}] sets no retentionPolicy: JobSet v0.12.0 would refuse "
+                   "the update when Kueue resumes a preempted TrainJob, which then never starts again")
+
+
+@object_rule("runtime-pods-request-resources", "Every container of a training runtime requests CPU and memory.",
+             "Set resources.requests (or limits) for cpu and memory on every container of the runtime, initializers "
+             "included; spec.trainer.resourcesPerNode replaces the trainer's.")
+def runtime_pods_request_resources(obj: Manifest, ctx: Context) -> Iterator[str]:
+    """A tenant namespace's ResourceQuota limits ``requests.cpu`` and ``requests.memory``, so the API server
+    refuses a pod that requests neither; a runtime's initializer pods take no resources from the TrainJob,
+    so the runtime is the only place they can come from. Found on the rehearsal with the SDK (docs/rehearsal.md)."""
+    if obj.get("kind") not in ("ClusterTrainingRuntime", "TrainingRuntime"):
+        return
+    for c in containers(obj):
+        resources = as_dict(c.container.get("resources"))
+        given = set(as_dict(resources.get("requests"))) | set(as_dict(resources.get("limits")))
+        missing = [name for name in ("cpu", "memory") if name not in given]
+        if missing:
+            yield (f"{c.path} requests no {' or '.join(missing)}: the tenant ResourceQuota refuses its pods "
+                   "(requests.cpu/memory are limited in tenant namespaces)")
+
+
+RULES = (trainjob_approved_runtime, trainjob_queue_label, trainjob_priority_class, training_runtime_allowed,
+         runtime_claim_retention, runtime_pods_request_resources)
