@@ -40,9 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from trainyard import catalog, post_render
+from trainyard import catalog, post_render, yamlio
 from trainyard.config.load import project_root
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest
@@ -51,7 +49,7 @@ CHARTS_DIR_ENV = "TRAINYARD_CHARTS_DIR"
 HELM_ENV = "TRAINYARD_HELM"
 STUB_NOTE = "STUB written by trainyard.charts: this dependency is not in the chart mirror and is disabled by the values"
 
-SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 
 class ChartUnavailable(Exception):
@@ -110,7 +108,7 @@ def _helm_env(home: Path) -> dict[str, str]:
 
 
 def _chart_yaml(chart: Path) -> dict[str, Any]:
-    meta = yaml.load((chart / "Chart.yaml").read_bytes(), Loader=SafeLoader)  # noqa: S506 - SafeLoader
+    meta = yamlio.safe_load((chart / "Chart.yaml").read_bytes())
     if not isinstance(meta, dict):
         raise ChartUnavailable(f"{chart / 'Chart.yaml'}: not a mapping")
     return meta
@@ -220,7 +218,7 @@ def assemble(source: Path, directory: Path, into: Path) -> Assembled:
             stub.mkdir()
             stub.joinpath("Chart.yaml").write_text(f"# {STUB_NOTE}\napiVersion: v2\nname: {name}\nversion: {version}\n")
             stubs.append((name, dep.get("condition")))
-    defaults = yaml.load((source / "values.yaml").read_bytes(), Loader=SafeLoader) if (source / "values.yaml").is_file() else {}  # noqa: S506
+    defaults = yamlio.safe_load((source / "values.yaml").read_bytes()) if (source / "values.yaml").is_file() else {}
     return Assembled(target, tuple(stubs), defaults or {})
 
 
@@ -228,7 +226,7 @@ def _lock(chart: Path) -> list[dict[str, Any]] | None:
     lock = chart / "Chart.lock"
     if not lock.is_file():
         return None
-    doc = yaml.load(lock.read_bytes(), Loader=SafeLoader)  # noqa: S506 - SafeLoader
+    doc = yamlio.safe_load(lock.read_bytes())
     return list(doc.get("dependencies") or []) if isinstance(doc, dict) else None
 
 
@@ -255,7 +253,7 @@ class RenderedChart:
 
 
 def parse_manifests(text: str) -> list[Manifest]:
-    return [doc for doc in yaml.load_all(text, Loader=SafeLoader) if isinstance(doc, dict)]
+    return [doc for doc in yamlio.safe_load_all(text) if isinstance(doc, dict)]
 
 
 class ChartRenderer:

@@ -22,7 +22,7 @@ import re
 import sys
 from typing import Any
 
-import yaml
+from trainyard import yamlio
 
 DROPPED_KINDS = frozenset({"CustomResourceDefinition"})
 
@@ -36,7 +36,7 @@ def split_documents(text: str) -> list[str]:
 
 
 def _kind(document: str) -> Any:
-    parsed = yaml.load(document, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - SafeLoader
+    parsed = yamlio.safe_load(document)
     return parsed.get("kind") if isinstance(parsed, dict) else None
 
 

@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
-from trainyard import catalog
+from trainyard import catalog, yamlio
 from trainyard.manifests.meta import Manifest, object_id
 
 
@@ -136,7 +135,7 @@ class Validator:
         self._crd_schemas: dict[tuple[str, str], dict[str, Any]] = {}
         self._validators: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
         for path in sorted(crd_dir.rglob("*.yaml")):
-            crd = yaml.load(path.read_bytes(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+            crd = yamlio.safe_load(path.read_bytes())
             if isinstance(crd, dict) and crd.get("kind") == "CustomResourceDefinition":
                 self.add_crd(crd)
 

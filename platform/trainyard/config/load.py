@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from trainyard import yamlio
 from trainyard.config.model import FieldError, PlatformConfig
 
 CONFIG_KEY = "trainyard:platform"
@@ -28,7 +29,7 @@ STACKS_DIR = "stacks"
 MAX_DEPTH = 32
 MAX_EXPANDED_NODES = 200_000
 MAX_STACK_BYTES = 16 * 2**20
-YamlLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+YamlLoader: type[yaml.SafeLoader] = yamlio.SafeLoader
 
 
 @dataclass(frozen=True)

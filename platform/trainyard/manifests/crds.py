@@ -22,12 +22,10 @@ from typing import Any
 
 import yaml
 
-from trainyard import catalog
+from trainyard import catalog, yamlio
 from trainyard.config.model import PlatformConfig
 from trainyard.derived_cache import derived_text
 from trainyard.manifests.meta import Manifest
-
-SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class CrdUnavailable(Exception):
@@ -91,13 +89,13 @@ def _parse(blob_sha: str, content: bytes) -> Any:
     that SHA before this is called), in memory and on disk.
     """
     text = _json_text(blob_sha, content)
-    return json.loads(text) if text is not None else yaml.load(content, Loader=SafeLoader)  # noqa: S506 - safe
+    return json.loads(text) if text is not None else yamlio.safe_load(content)
 
 
 @lru_cache(maxsize=64)
 def _json_text(blob_sha: str, content: bytes) -> str | None:
     def compute() -> str | None:
-        doc = yaml.load(content, Loader=SafeLoader)  # noqa: S506 - SafeLoader (C or pure Python)
+        doc = yamlio.safe_load(content)
         return _as_json(doc)
 
     return derived_text("crd-json", ("crd-json/1", blob_sha, yaml.__version__), compute)

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from trainyard import catalog
+from trainyard import catalog, yamlio
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import object_store
 from trainyard.manifests.concern import Concern
@@ -94,7 +94,7 @@ def containers_of(runtime: Manifest) -> list[tuple[str, dict[str, Any]]]:
 def read_runtime_file(path: Path, directory: str = "runtimes") -> Any:
     """The parsed YAML of a reviewed runtime file; RuntimeFileError if it is missing or not YAML."""
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yamlio.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RuntimeFileError(str(path), "(file)", f"approved runtime has no file in the {directory} directory") from None
     except yaml.YAMLError as exc:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from trainyard import yamlio
+
 Manifest = dict[str, Any]
 T = TypeVar("T")
 
@@ -114,9 +116,8 @@ class Kube:
 
     def kustomize(self, directory: Path) -> list[Manifest]:
         """``kubectl kustomize DIR``: the upstream kustomizations, rendered as upstream's Makefiles do."""
-        import yaml
 
-        return [d for d in yaml.safe_load_all(self.run("kustomize", str(directory)).stdout) if d]
+        return [d for d in yamlio.safe_load_all(self.run("kustomize", str(directory)).stdout) if d]
 
 
 def wait_until(what: str, check: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:

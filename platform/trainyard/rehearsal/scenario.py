@@ -38,6 +38,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from trainyard import yamlio
 from trainyard.config.model import Duration, Model, Name
 
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(h|ms|m|s)")
@@ -143,7 +144,7 @@ class ScenarioError(Exception):
 def load_scenario(path: Path) -> Scenario:
     shown = str(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yamlio.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ScenarioError(shown, ["no such scenario file"]) from None
     except yaml.YAMLError as exc:

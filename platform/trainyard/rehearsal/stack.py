@@ -24,6 +24,7 @@ from typing import Any, get_args
 
 import yaml
 
+from trainyard import yamlio
 from trainyard.config import ConfigError, PlatformConfig, validate_platform
 from trainyard.config.load import CONFIG_KEY
 from trainyard.config.model import Rehearsal
@@ -72,7 +73,7 @@ def rehearsal_platform(platform: Mapping[str, Any], overrides: Mapping[str, Any]
 
 def read_platform(stack_file: Path) -> dict[str, Any]:
     """The stack file's ``trainyard:platform`` value as written (the file is validated separately)."""
-    document = yaml.safe_load(stack_file.read_text(encoding="utf-8"))
+    document = yamlio.safe_load(stack_file.read_text(encoding="utf-8"))
     platform = document["config"][CONFIG_KEY]
     if isinstance(platform, Mapping) and set(platform) == {"value"}:
         platform = platform["value"]

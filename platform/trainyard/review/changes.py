@@ -21,6 +21,7 @@ from typing import Any, Final, Literal
 
 import yaml
 
+from trainyard import yamlio
 from trainyard.manifests.installs import COMPONENT_LABEL
 from trainyard.manifests.meta import TENANT_LABEL, Manifest, object_key
 from trainyard.review.render import REDACTED, is_placeholder, is_secret_key, redact, secret_value_shown
@@ -162,7 +163,7 @@ def _safe(value: Any) -> Any:
 
 def _yaml_mapping(text: str) -> dict[str, Any] | None:
     try:
-        doc = yaml.safe_load(text)
+        doc = yamlio.safe_load(text)
     except yaml.YAMLError:
         return None
     return doc if isinstance(doc, dict) else None

@@ -26,9 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from trainyard import charts, post_render
+from trainyard import charts, post_render, yamlio
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import RenderedPlatform, installs, kueue
 from trainyard.manifests.installs import ChartRelease
@@ -123,7 +121,7 @@ def _kueue_modes(config: PlatformConfig, rendered: charts.RenderedChart) -> list
     maps = [o for o in rendered.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-manager-config")]
     if len(maps) != 1:
         return [f"expected one Kueue manager ConfigMap, found {len(maps)}"]
-    got = yaml.safe_load(maps[0]["data"]["controller_manager_config.yaml"])
+    got = yamlio.safe_load(maps[0]["data"]["controller_manager_config.yaml"])
     want = dict(kueue.controller_configuration(config))
     # The chart adds internal certificate management when the configuration has none (and
     # cert-manager is off). Ref: kueue v0.19.2 charts/kueue/templates/manager/manager-config.yaml.

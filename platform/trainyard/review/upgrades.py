@@ -22,9 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from trainyard import catalog, charts
+from trainyard import catalog, charts, yamlio
 from trainyard.manifests import RenderedPlatform
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest
@@ -182,7 +180,7 @@ def _chart_values(directory: Path, release: ChartRelease, version: str) -> dict[
     for candidate in (directory / release.mirror_dir / version, directory / release.mirror_dir / f"v{version}"):
         path = candidate / "values.yaml"
         if path.is_file():
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            loaded = yamlio.safe_load(path.read_text(encoding="utf-8")) or {}
             return loaded if isinstance(loaded, dict) else {}
     return None
 

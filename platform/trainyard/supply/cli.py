@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from trainyard import yamlio
 from trainyard.cli import EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
 from trainyard.manifests import image_lock, render_platform
 from trainyard.manifests.runtimes import containers_of
@@ -71,7 +72,7 @@ def seeded_lock(stack: Stack, lock: ImageLock) -> ImageLock:
     seeded = lock
     for name in stack.config.runtimes.approved:
         try:
-            doc = yaml.safe_load((directory / f"{name}.yaml").read_text(encoding="utf-8"))
+            doc = yamlio.safe_load((directory / f"{name}.yaml").read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError):
             continue  # the render reports the broken file
         for _, container in containers_of(doc) if isinstance(doc, dict) else []:

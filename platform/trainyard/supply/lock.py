@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import yaml
 
+from trainyard import yamlio
 from trainyard.supply.reference import DIGEST, ImageRef, ReferenceError
 
 Source = Literal["registry", "placeholder"]
@@ -99,7 +100,7 @@ def load_lock(path: Path) -> ImageLock:
     except FileNotFoundError:
         return ImageLock(path=path)
     try:
-        doc = yaml.safe_load(text) or {}
+        doc = yamlio.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise LockFileError(f"{path}: not valid YAML: {exc}") from None
     images = doc.get("images") if isinstance(doc, dict) else None
