@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.conftest import ROOT, needs_crds
-from trainyard import catalog
+from trainyard import catalog, yamlio
 from trainyard.derived_cache import cache_root, derived_text
 from trainyard.manifests import crd_components, crds
 from trainyard.project import open_stack
@@ -33,7 +32,7 @@ def test_cached_crds_are_the_documents_yaml_parses(empty_cache: Path) -> None:
         release = catalog.release(component, version)
         for crd in release.crds:
             content = crds._read_verified(stack.config, release, crd, ROOT / "stacks")
-            parsed = yaml.load(content, Loader=crds.SafeLoader)
+            parsed = yamlio.safe_load(content)
             assert parsed in cold and parsed in warm
     assert cold == warm
 
