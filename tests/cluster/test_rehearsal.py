@@ -18,7 +18,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -210,8 +210,13 @@ def trainjob(name: str, namespace: str, runtime: str, queue: str | None,
 
 
 @pytest.fixture(scope="module")
-def engine(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Engine:
-    return Engine(cluster, tmp_path_factory.mktemp("pulumi"))
+def engine(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """The module's own Pulumi state on the session's cluster. It expects a cluster the local stack is not
+    deployed on yet (modules that share `deployed_rehearsal` sort after this one), and it ends with
+    `destroy`, so it forgets the session's "already deployed" markers: the next such module deploys again."""
+    yield Engine(cluster, tmp_path_factory.mktemp("pulumi"))
+    for marker in cluster.state_dir.glob("deployed.*.sha256"):
+        marker.unlink()
 
 
 @pytest.fixture(scope="module")
