@@ -38,6 +38,10 @@ def mutation_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clust
                         stdin=yaml.safe_dump_all([*crds, *namespaces]))
         cluster.wait_established(*(c["metadata"]["name"] for c in crds))
         cluster.kubectl("apply", "--server-side", "--field-manager=trainyard", "-f", "-", stdin=yaml.safe_dump_all(mutating))
+        # Established is not yet served: the API server may still answer "Resource kind ... not found" for a while.
+        probe = yaml.safe_dump(trainjob(namespaces[0]["metadata"]["name"], {PRIORITY_CLASS_LABEL: "probe"}))
+        wait_until("TrainJobs to be served", lambda: cluster.kubectl(
+            "create", "--dry-run=server", "-o", "name", "-f", "-", stdin=probe, check=False).returncode == 0, 60)
         yield cluster
 
 
