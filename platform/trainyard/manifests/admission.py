@@ -240,6 +240,14 @@ def policies(config: PlatformConfig) -> list[Manifest]:
             pod_image_policy(config), training_runtimes_policy(config), trainjob_inputs_policy(config)]
 
 
+def mutating_binding_for(policy: Manifest) -> Manifest:
+    """The binding of a MutatingAdmissionPolicy to the tenant namespaces."""
+    name = policy["metadata"]["name"]
+    return {"apiVersion": API, "kind": "MutatingAdmissionPolicyBinding", "metadata": metadata(name),
+            "spec": {"policyName": name, "matchResources": {"namespaceSelector": {
+                "matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]}}}}
+
+
 INITIALIZER_ENV_POLICY = "trainyard-trainjob-initializer-env"
 
 
@@ -267,10 +275,7 @@ def initializer_env_policy() -> list[Manifest]:
                        "matchConstraints": {"resourceRules": [rule]},
                        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {
                            "expression": f"{_drop_empty_env('dataset')} + {_drop_empty_env('model')}"}}]}}
-    binding = {"apiVersion": API, "kind": "MutatingAdmissionPolicyBinding", "metadata": metadata(INITIALIZER_ENV_POLICY),
-               "spec": {"policyName": INITIALIZER_ENV_POLICY, "matchResources": {"namespaceSelector": {
-                   "matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]}}}}
-    return [policy, binding]
+    return [policy, mutating_binding_for(policy)]
 
 
 DEFAULT_PRIORITY_POLICY = "trainyard-trainjob-default-priority"
@@ -306,10 +311,7 @@ def default_priority_policy(config: PlatformConfig) -> list[Manifest]:
                        "matchConstraints": {"resourceRules": [rule]},
                        "variables": [{"name": "defaults", "expression": json.dumps(defaults, sort_keys=True)}],
                        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}]}}
-    binding = {"apiVersion": API, "kind": "MutatingAdmissionPolicyBinding", "metadata": metadata(DEFAULT_PRIORITY_POLICY),
-               "spec": {"policyName": DEFAULT_PRIORITY_POLICY, "matchResources": {"namespaceSelector": {
-                   "matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]}}}}
-    return [policy, binding]
+    return [policy, mutating_binding_for(policy)]
 
 
 def build(config: PlatformConfig) -> Concern:

@@ -89,6 +89,9 @@ def training_runtime_allowed(obj: Manifest, ctx: Context) -> Iterator[str]:
         yield f"tenant {tenant.name} may not define TrainingRuntimes"
 
 
+RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
+
+
 @object_rule("runtime-claim-retention", "A training runtime's volumeClaimPolicies spell out their retentionPolicy.",
              "Add retentionPolicy (e.g. whenDeleted: Delete) to every spec.template.spec.volumeClaimPolicies entry.")
 def runtime_claim_retention(obj: Manifest, ctx: Context) -> Iterator[str]:
@@ -96,7 +99,7 @@ def runtime_claim_retention(obj: Manifest, ctx: Context) -> Iterator[str]:
     and its CRD makes ``volumeClaimPolicies`` immutable; Trainer v2.3.0 re-applies the JobSet without the
     default when Kueue resumes a preempted TrainJob, JobSet refuses the update, and the job never starts
     again. Found on the rehearsal (docs/rehearsal.md). Ref: jobset v0.12.0 pkg/webhooks/jobset_webhook.go."""
-    if obj.get("kind") not in ("ClusterTrainingRuntime", "TrainingRuntime"):
+    if obj.get("kind") not in RUNTIME_KINDS:
         return
     for i, policy in enumerate(as_list(dig(obj, "spec", "template", "spec", "volumeClaimPolicies"))):
         if not as_dict(policy).get("retentionPolicy"):
@@ -111,7 +114,7 @@ def runtime_pods_request_resources(obj: Manifest, ctx: Context) -> Iterator[str]
     """A tenant namespace's ResourceQuota limits ``requests.cpu`` and ``requests.memory``, so the API server
     refuses a pod that requests neither; a runtime's initializer pods take no resources from the TrainJob,
     so the runtime is the only place they can come from. Found on the rehearsal with the SDK (docs/rehearsal.md)."""
-    if obj.get("kind") not in ("ClusterTrainingRuntime", "TrainingRuntime"):
+    if obj.get("kind") not in RUNTIME_KINDS:
         return
     for c in containers(obj):
         resources = as_dict(c.container.get("resources"))
