@@ -44,8 +44,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"{exc.filename or out}: --out: cannot write: {exc.strerror}") from None
-    counts: dict[str, int] = {}
-    for obj in rendered.all_objects:
+    counts: dict[str, int] = {"CustomResourceDefinition": rendered.crd_count} if rendered.crd_count else {}
+    for obj in rendered.objects:
         counts[obj["kind"]] = counts.get(obj["kind"], 0) + 1
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     print(f"wrote {len(written)} files to {out} ({summary}; {len(rendered.releases)} charts)")

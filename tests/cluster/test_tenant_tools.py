@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,7 +127,12 @@ def test_kubeflow_sdk_as_a_tenant_lists_the_approved_runtimes_and_submits_a_job_
                       f"{workload['status']['admission']['clusterQueue']}, flavor {assignment['flavors']['nvidia.com/gpu']}, "
                       f"podSets {[a['name'] for a in workload['status']['admission']['podSetAssignments']]}")
     assert workload["status"]["admission"]["clusterQueue"] == TENANT
-    rehearsal.wait_finished([name], namespace)
+    # Three stages (dataset and model initializers, then the node) of 3 s each on kwok: seconds when idle. CI
+    # once saw it not complete in 120 s; the wait is longer, and the transcript says where the job stood.
+    started = time.monotonic()
+    rehearsal.wait_finished([name], namespace, timeout=300)
+    transcript.append(f"# complete {time.monotonic() - started:.0f}s after admission:\n"
+                      + rehearsal.where_jobs_stand([name], namespace))
     jobs = {j.name: j.status for j in sdk.client.list_jobs()}
     transcript += [">>> {j.name: j.status for j in client.list_jobs()}", repr(jobs)]
     assert jobs.get(name) == "Complete"

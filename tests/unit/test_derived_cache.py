@@ -18,6 +18,7 @@ from trainyard.review.render import rendered_files, to_yaml, to_yaml_cached
 def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     crds._json_text.cache_clear()
+    crds._crd_name.cache_clear()
     return tmp_path / "cache"
 
 
@@ -55,7 +56,34 @@ def test_cached_yaml_is_byte_identical_to_dumping_again(empty_cache: Path) -> No
         assert to_yaml_cached(crd) == to_yaml(crd)
 
 
-def test_a_document_json_cannot_carry_is_dumped_directly(empty_cache: Path) -> None:
+@needs_crds
+def test_unparsed_crds_write_what_their_documents_would(empty_cache: Path) -> None:
+    """``trainyard render`` writes the CRDs from their verified files without parsing them (patched ones, Kueue's
+    conversion webhooks, from their documents); the files equal those written from the parsed documents, cold
+    and warm, and once the documents were asked for an edit to one is what is written."""
+    stack = open_stack("prod", ROOT)
+    cold, warm, parsed = stack.render(), stack.render(), stack.render()
+    assert any(s.patch is not None for s in cold.crd_sources) and any(s.patch is None for s in cold.crd_sources)
+    from_sources = rendered_files(cold)
+    assert not cold.crds_parsed
+    assert rendered_files(warm) == from_sources
+    for crd in parsed.crds:
+        assert to_yaml_cached(crd) == to_yaml(crd)
+    assert parsed.crds_parsed and rendered_files(parsed) == from_sources
+    parsed.crds[0]["metadata"]["labels"] = {"edited": "true"}
+    edited = rendered_files(parsed)
+    changed = [path for path in from_sources if edited[path] != from_sources[path]]
+    assert changed == [Path("CustomResourceDefinition.apiextensions.k8s.io") / f"{parsed.crds[0]['metadata']['name']}.yaml"]
+
+
+def test_documents_equal_but_for_types_or_order_never_share_an_entry(empty_cache: Path) -> None:
+    docs = [{"a": 1, "b": "x"}, {"a": True, "b": "x"}, {"a": 1.0, "b": "x"}, {"a": "1", "b": "x"}, {"b": "x", "a": 1}]
+    for doc in docs * 2:  # the second round reads the entries the first wrote
+        assert to_yaml_cached(doc) == to_yaml(doc)
+    assert len(list((empty_cache / "trainyard" / "derived" / "yaml").iterdir())) == len(docs)
+
+
+def test_a_document_marshal_cannot_carry_is_dumped_directly(empty_cache: Path) -> None:
     import datetime
 
     doc = {"when": datetime.date(2026, 1, 1), 1: "int key"}

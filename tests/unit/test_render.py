@@ -24,6 +24,38 @@ def test_same_input_gives_byte_identical_files(tmp_path: Path) -> None:
         assert path.read_bytes() == (tmp_path / "b" / path.relative_to(tmp_path / "a")).read_bytes()
 
 
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _dirs(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_dir()}
+
+
+def test_rendering_into_a_used_directory_leaves_exactly_what_a_fresh_render_writes(tmp_path: Path) -> None:
+    """The output directory is synchronised, not replaced: the result must equal a fresh directory's,
+    whatever an earlier render (another stack) or a hand edit left in it."""
+    rendered("prod")  # skips without the CRD mirror
+    used, fresh = tmp_path / "used", tmp_path / "fresh"
+    write_rendered(stack("local").render(), used)
+    some = next(used.rglob("*.yaml"))
+    some.write_text("edited by hand\n")  # a changed file is rewritten
+    (used / "Stale.example.com" / "ns").mkdir(parents=True)
+    (used / "Stale.example.com" / "ns" / "gone.yaml").write_text("x: 1\n")  # a stale file and its folders go
+    prod = stack("prod").render()
+    # a file where the render needs a directory (and so the reverse) is replaced too
+    blocker = used / next(iter(rendered_files(prod))).parts[0]
+    if blocker.is_dir():
+        import shutil
+        shutil.rmtree(blocker)
+    blocker.write_text("not a directory\n")
+    written = write_rendered(prod, used)
+    write_rendered(prod, fresh)
+    assert _tree(used) == _tree(fresh)
+    assert _dirs(used) == _dirs(fresh)
+    assert sorted(p.relative_to(used) for p in written) == sorted(rendered_files(prod))
+
+
 def test_render_prod_writes_every_required_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rendered("prod")  # skips without the CRD mirror
     assert main(["render", "prod", "--out", str(tmp_path / "out")]) == 0

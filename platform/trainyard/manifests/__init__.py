@@ -8,7 +8,9 @@ Same config, same output, byte for byte: no clocks, no randomness, no cluster ac
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from trainyard.config.model import PlatformConfig
@@ -32,7 +34,7 @@ from trainyard.manifests import (
 )
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
-from trainyard.manifests.meta import Manifest, object_id, object_key
+from trainyard.manifests.meta import Manifest, object_key
 from trainyard.supply.lock import ImageLock, LockFileError, load_lock
 
 # Components whose CRDs every stack declares, in apply order (JobSet before Trainer, which uses it).
@@ -63,10 +65,30 @@ def crd_components(config: PlatformConfig) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True)
 class RenderedPlatform:
-    """Everything one stack declares: CRDs, then each concern's objects and chart releases."""
+    """Everything one stack declares: CRDs, then each concern's objects and chart releases.
 
-    crds: tuple[Manifest, ...]
+    The CRDs come as verified files (``crd_sources``) and are parsed on first use of ``crds``: the
+    upstream CRDs are MBs, and ``trainyard render`` writes their YAML without needing their documents
+    (``review.render.rendered_files``). A platform built from documents (``flat``) holds them as given.
+    """
+
+    crd_sources: tuple[crds.CrdSource, ...]
     concerns: tuple[Concern, ...]
+    given_crds: tuple[Manifest, ...] = ()
+
+    @cached_property
+    def crds(self) -> tuple[Manifest, ...]:
+        """The CRD documents, parsed once (the same objects on every call)."""
+        return self.given_crds + tuple(source.document() for source in self.crd_sources)
+
+    @property
+    def crd_count(self) -> int:
+        return len(self.given_crds) + len(self.crd_sources)
+
+    @property
+    def crds_parsed(self) -> bool:
+        """Whether ``crds`` was asked for (its documents may since have been edited)."""
+        return "crds" in self.__dict__
 
     @property
     def objects(self) -> tuple[Manifest, ...]:
@@ -85,7 +107,7 @@ class RenderedPlatform:
     def flat(cls, crds: tuple[Manifest, ...], objects: tuple[Manifest, ...],
              releases: tuple[ChartRelease, ...] = ()) -> RenderedPlatform:
         """A set of objects with no concern structure (edited copies in reviews and tests)."""
-        return cls(crds, (Concern("objects", objects=objects, releases=releases),))
+        return cls((), (Concern("objects", objects=objects, releases=releases),), given_crds=tuple(crds))
 
     def concern(self, name: str) -> Concern:
         try:
@@ -111,7 +133,9 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
     """Every object of the stack; ``lock`` replaces the stack's image lock file (``trainyard images lock``)."""
     try:
         lock = lock if lock is not None else image_lock(config, root)
-        crd_docs = kueue.with_conversion_webhooks(config, crds.load_crds(config, crd_components(config), stack_dir))
+        patches = kueue.conversion_patches(config)
+        crd_sources = tuple(dataclasses.replace(source, patch=patches.get(source.name))
+                            for source in crds.crd_sources(config, crd_components(config), stack_dir))
         # Every concern's builder, in apply order; a new concern adds one line (docs/architecture.md).
         concerns = (
             installs.build(config, lock),
@@ -136,8 +160,9 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
         )
     except (crds.CrdUnavailable, runtimes.RuntimeFileError, LockFileError) as exc:
         raise RenderError(str(exc)) from None
-    rendered = RenderedPlatform(tuple(crd_docs), concerns)
-    _check_unique(list(rendered.all_objects))
+    rendered = RenderedPlatform(crd_sources, concerns)
+    crd_keys = [("apiextensions.k8s.io", "CustomResourceDefinition", "", source.name) for source in crd_sources]
+    _check_unique(crd_keys + [object_key(obj) for obj in rendered.objects])
     return rendered
 
 
@@ -147,12 +172,12 @@ def image_lock(config: PlatformConfig, root: Path) -> ImageLock:
     return load_lock(path if path.is_absolute() else root / path)
 
 
-def _check_unique(objects: list[Manifest]) -> None:
+def _check_unique(keys: list[tuple[str, str, str, str]]) -> None:
     seen: set[tuple[str, str, str, str]] = set()
-    for obj in objects:
-        key = object_key(obj)
+    for key in keys:
         if key in seen:
-            raise RenderError(f"two objects render to the same identity {object_id(obj)}")
+            _, kind, namespace, name = key
+            raise RenderError(f"two objects render to the same identity {kind}/{namespace + '/' if namespace else ''}{name}")
         seen.add(key)
 
 

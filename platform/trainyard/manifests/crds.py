@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -67,18 +69,55 @@ def chart_crd_paths(release: catalog.Release, crd: catalog.CrdFile) -> list[Path
     return [charts / directory / crd.name]
 
 
-def load_crds(config: PlatformConfig, components: list[tuple[str, str]], stack_dir: Path | None = None) -> list[Manifest]:
-    """The CRD manifests of each (component, version), in catalog order."""
-    out: list[Manifest] = []
+@dataclass(frozen=True)
+class CrdSource:
+    """One upstream CRD file, verified against its pinned blob SHA; parsed only when its document is asked for.
+
+    ``patch`` is what Trainyard changes in it (Kueue's conversion webhooks), applied to each fresh document.
+    """
+
+    name: str  # metadata.name
+    blob_sha: str
+    content: bytes
+    patch: Callable[[Manifest], Manifest] | None = None
+
+    def document(self) -> Manifest:
+        """A fresh copy of the CRD as Trainyard declares it (callers may edit it)."""
+        doc: Manifest = _parse(self.blob_sha, self.content)
+        return self.patch(doc) if self.patch is not None else doc
+
+
+def crd_sources(config: PlatformConfig, components: list[tuple[str, str]],
+                stack_dir: Path | None = None) -> list[CrdSource]:
+    """The verified CRD files of each (component, version), in catalog order, unparsed (names from the cache)."""
+    out: list[CrdSource] = []
     for component, version in components:
         release = catalog.release(component, version)
         for crd in release.crds:
             content = _read_verified(config, release, crd, stack_dir)
-            doc = _parse(crd.blob_sha, content)
-            if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
+            name = _crd_name(crd.blob_sha, content)
+            if name is None:
                 raise CrdUnavailable(f"{crd.name} of {component} {release.version} is not a CustomResourceDefinition")
-            out.append(doc)
+            out.append(CrdSource(name, crd.blob_sha, content))
     return out
+
+
+def load_crds(config: PlatformConfig, components: list[tuple[str, str]], stack_dir: Path | None = None) -> list[Manifest]:
+    """The CRD manifests of each (component, version), in catalog order."""
+    return [source.document() for source in crd_sources(config, components, stack_dir)]
+
+
+@lru_cache(maxsize=64)
+def _crd_name(blob_sha: str, content: bytes) -> str | None:
+    """The CRD's metadata.name (None when the file is not a CustomResourceDefinition), cached by blob SHA."""
+    def compute() -> str | None:
+        doc = _parse(blob_sha, content)
+        if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
+            return None
+        name = (doc.get("metadata") or {}).get("name")
+        return name if isinstance(name, str) and name else None
+
+    return derived_text("crd-name", ("crd-name/1", blob_sha, yaml.__version__), compute)
 
 
 def _parse(blob_sha: str, content: bytes) -> Any:

@@ -9,6 +9,7 @@ Ref: https://kueue.sigs.k8s.io/docs/concepts/ and the v0.19.2 CRDs in ../shared/
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -30,8 +31,9 @@ MIG_SLICE_FLAVOR = "mig-slices"
 WEBHOOK_SERVICE = "kueue-webhook-service"
 
 
-def with_conversion_webhooks(config: PlatformConfig, crds: list[Manifest]) -> list[Manifest]:
-    """Kueue's CRDs as upstream installs them: the converted ones call Kueue's conversion webhook.
+def conversion_patches(config: PlatformConfig) -> dict[str, Callable[[Manifest], Manifest]]:
+    """By CRD name, what Trainyard changes in Kueue's CRDs: the converted ones call Kueue's conversion webhook,
+    as upstream installs them.
 
     Trainyard's CRDs are the only ones applied (the chart's copies are dropped by the
     post-renderer), so they must carry what the chart's copies would: without
@@ -43,11 +45,13 @@ def with_conversion_webhooks(config: PlatformConfig, crds: list[Manifest]) -> li
     them. The chart-truth tests check these specs equal the chart's CRDs field for field.
     """
     if "kueue" in config.rehearsal.external_controllers:
-        return crds
-    converted = {f"{plural}.kueue.x-k8s.io" for plural in catalog.KUEUE_CONVERTED_CRDS}
+        return {}
     namespace = catalog.release("kueue", config.versions.kueue).namespace
-    return [{**crd, "spec": {"conversion": _conversion_webhook(namespace), **crd["spec"]}}
-            if crd["metadata"]["name"] in converted else crd for crd in crds]
+
+    def patch(crd: Manifest) -> Manifest:
+        return {**crd, "spec": {"conversion": _conversion_webhook(namespace), **crd["spec"]}}
+
+    return {f"{plural}.kueue.x-k8s.io": patch for plural in catalog.KUEUE_CONVERTED_CRDS}
 
 
 def _conversion_webhook(namespace: str) -> dict[str, Any]:

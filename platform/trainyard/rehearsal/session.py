@@ -248,7 +248,41 @@ class Rehearsal:
                                for c in t.get("status", {}).get("conditions", []))}
             return wanted <= complete
 
-        wait_until(f"TrainJobs {', '.join(sorted(wanted))} to complete", done, timeout, interval=1)
+        try:
+            wait_until(f"TrainJobs {', '.join(sorted(wanted))} to complete", done, timeout, interval=1)
+        except TimeoutError as error:
+            raise TimeoutError(f"{error}\n{self.where_jobs_stand(wanted, namespace)}") from None
+
+    def where_jobs_stand(self, names: Iterable[str], namespace: str) -> str:
+        """Where each TrainJob stands, for a timeout's message: its conditions, its Workload's, its pods' phase and
+        node (the rehearsal's failures are read from this, not guessed)."""
+        def conditions(obj: Manifest) -> str:
+            found = obj.get("status", {}).get("conditions", [])
+            return ", ".join(f"{c['type']}={c['status']}" + (f" ({c.get('reason')})" if c.get("reason") else "")
+                             for c in found) or "none"
+
+        lines = []
+        try:
+            trainjobs = {t["metadata"]["name"]: t for t in self.trainjobs(namespace)}
+            workloads = self.workloads(namespace)
+            pods = self.kube.items("pods", namespace)
+        except KubeError as error:
+            return f"  (could not read the jobs: {error})"
+        for name in sorted(names):
+            trainjob = trainjobs.get(name)
+            if trainjob is None:
+                lines.append(f"  TrainJob {namespace}/{name}: not found")
+                continue
+            lines.append(f"  TrainJob {namespace}/{name}: {conditions(trainjob)}")
+            for workload in workloads:
+                if any(o.get("name") == name for o in workload["metadata"].get("ownerReferences", [])):
+                    lines.append(f"    Workload {workload['metadata']['name']}: {conditions(workload)}")
+            for pod in pods:
+                if pod["metadata"].get("labels", {}).get("jobset.sigs.k8s.io/jobset-name") == name:
+                    status = pod.get("status", {})
+                    lines.append(f"    pod {pod['metadata']['name']}: {status.get('phase')} on "
+                                 f"{pod.get('spec', {}).get('nodeName') or '(unbound)'}; {conditions(pod)}")
+        return "\n".join(lines)
 
     def reset_jobs(self, timeout: float = 120) -> None:
         """Delete every TrainJob in the tenant namespaces and wait until their Workloads and pods are gone."""
