@@ -150,6 +150,10 @@ test-lab: setup ## The lab tier: the reference LoRA program (tools/lab venv) on 
 test-monitoring: setup ## Alert rules through the real promtool (check rules, test rules); after `make tools`
 	$(BIN)/pytest -q -m promtool tests/monitoring $(PYTEST_ARGS)
 
+.PHONY: test-kind
+test-kind: setup ## kind's own loader on every stack's generated kind config; after `make tools` (in `make test` they skip until kind is built)
+	$(BIN)/pytest -q tests/unit/test_kind.py $(PYTEST_ARGS)
+
 .PHONY: clean
 clean: ## Remove rendered output and caches in the repo (not the tools cache)
 	rm -rf out .pytest_cache .mypy_cache .ruff_cache

@@ -120,7 +120,7 @@ tool_bins() {
 # Extra files (besides binaries) a tool puts in BIN_DIR.
 tool_extra_files() {
   case "$1" in
-    pulumi) echo "pulumi-language-python-exec" ;;
+    pulumi) echo "pulumi-language-python-exec pulumi-resource-pulumi-python" ;;
   esac
 }
 
@@ -292,6 +292,9 @@ post_build() {
       local sdk
       sdk="$(cd "$dir" && "$GO" list -mod=readonly -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)"
       install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" "$BIN_DIR/pulumi-language-python-exec"
+      # The plugin Pulumi starts for Python dynamic providers (Trainyard's generated secrets,
+      # components/generated.py). Lost once in a merge: a warm tools cache still had it, a cold build did not.
+      install -m 0755 "$sdk/python/dist/pulumi-resource-pulumi-python" "$BIN_DIR/pulumi-resource-pulumi-python"
       ;;
   esac
 }
@@ -332,7 +335,7 @@ main() {
       -j) next_is_jobs=1 ;;
       -j[0-9]*) jobs="${a#-j}" ;;
       --check) check=1 ;;
-      --list) for t in "${ALL_TOOLS[@]}"; do echo "$t: $(tool_bins "$t" | cut -d' ' -f1 | tr '\n' ' ')"; done; return 0 ;;
+      --list) for t in "${ALL_TOOLS[@]}"; do echo "$t: $(tool_bins "$t" | cut -d' ' -f1 | tr '\n' ' ')$(tool_extra_files "$t")"; done; return 0 ;;
       -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; return 0 ;;
       all) tools+=("${ALL_TOOLS[@]}") ;;
       *) tool_bins "$a" >/dev/null; tools+=("$a") ;;

@@ -217,3 +217,17 @@ def test_immutable_fields_are_read_from_the_crds_cel_rules() -> None:
         "spec.template.spec.failurePolicy", "spec.template.spec.network", "spec.template.spec.replicatedJobs[*].dependsOn",
         "spec.template.spec.startupPolicy", "spec.template.spec.successPolicy", "spec.template.spec.volumeClaimPolicies")
     assert immutable_fields(crd, "v9") == ()
+
+
+def test_the_tools_build_installs_every_pulumi_plugin_the_program_starts() -> None:
+    """The real engine starts the Python language host's executor and, for the generated secrets
+    (components/generated.py, a Python dynamic provider), ``pulumi-resource-pulumi-python``: both must be
+    in the tools' bin. A merge once dropped the latter; warm tool caches hid it until a cold build."""
+    import subprocess
+
+    listed = subprocess.run([str(ROOT / "tools" / "build.sh"), "--list"], capture_output=True, text=True, check=True,
+                            timeout=60).stdout
+    pulumi = next(line for line in listed.splitlines() if line.startswith("pulumi:")).split()[1:]
+    assert {"pulumi", "pulumi-language-python", "pulumi-language-python-exec", "pulumi-resource-pulumi-python"} <= set(pulumi)
+    generated = (ROOT / "platform" / "trainyard" / "components" / "generated.py").read_text()
+    assert "import pulumi.dynamic" in generated
