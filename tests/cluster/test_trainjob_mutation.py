@@ -9,6 +9,7 @@ asserted is what the API server itself wrote into the object.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -55,8 +56,18 @@ def trainjob(namespace: str, labels: dict[str, str] | None, initializer_env: boo
     return {"apiVersion": catalog.TRAINER_API, "kind": "TrainJob", "metadata": metadata, "spec": spec}
 
 
+NOT_YET_SERVED = "There can be a delay between when CustomResourceDefinitions are created and when they are available"
+
+
 def admitted(cluster: Cluster, obj: dict[str, Any]) -> dict[str, Any]:
-    done = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=yaml.safe_dump(obj))
+    """The object as the API server would admit it. A loaded API server may answer "not found ... there can be
+    a delay" even after a probe succeeded (CI saw it): that answer, and only that one, is retried."""
+    def create() -> subprocess.CompletedProcess[str] | None:
+        done = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=yaml.safe_dump(obj), check=False)
+        return None if done.returncode != 0 and NOT_YET_SERVED in done.stderr else done
+
+    done = wait_until("the API server to serve TrainJobs", create, 60, interval=1)
+    assert done.returncode == 0, f"kubectl create --dry-run=server failed ({done.returncode}):\n{done.stderr}"
     return dict(yaml.safe_load(done.stdout))
 
 
