@@ -52,6 +52,10 @@ def generated_platform() -> dict[str, Any]:
             "priority_classes": ["standard", "preemptible"], "default_priority_class": "standard",
             "groups": [f"team-{t:03d}"],
         })
+    # Sections keyed by prod's tenant names would name tenants the generated stack does not have.
+    if isinstance(prod.get("object_store"), dict):
+        prod = {**prod, "object_store": {k: v for k, v in prod["object_store"].items() if k != "tenant_overrides"}}
+    prod = {k: v for k, v in prod.items() if k != "lineage"}
     return {**prod, "environment": "bench", "gpu_pools": pools, "tenants": tenants,
             "cohorts": [{"name": "org"}] + [{"name": f"cohort-{c}", "parent": "org"} for c in range(COHORTS)]}
 
