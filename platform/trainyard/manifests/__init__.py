@@ -34,7 +34,7 @@ from trainyard.manifests import (
 )
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
-from trainyard.manifests.meta import Manifest, object_key
+from trainyard.manifests.meta import Manifest, object_id, object_key
 from trainyard.supply.lock import ImageLock, LockFileError, load_lock
 
 # Components whose CRDs every stack declares, in apply order (JobSet before Trainer, which uses it).
@@ -161,8 +161,7 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
     except (crds.CrdUnavailable, runtimes.RuntimeFileError, LockFileError) as exc:
         raise RenderError(str(exc)) from None
     rendered = RenderedPlatform(crd_sources, concerns)
-    crd_keys = [("apiextensions.k8s.io", "CustomResourceDefinition", "", source.name) for source in crd_sources]
-    _check_unique(crd_keys + [object_key(obj) for obj in rendered.objects])
+    _check_unique([*(source.identity for source in crd_sources), *rendered.objects])
     return rendered
 
 
@@ -172,12 +171,12 @@ def image_lock(config: PlatformConfig, root: Path) -> ImageLock:
     return load_lock(path if path.is_absolute() else root / path)
 
 
-def _check_unique(keys: list[tuple[str, str, str, str]]) -> None:
+def _check_unique(objects: list[Manifest]) -> None:
     seen: set[tuple[str, str, str, str]] = set()
-    for key in keys:
+    for obj in objects:
+        key = object_key(obj)
         if key in seen:
-            _, kind, namespace, name = key
-            raise RenderError(f"two objects render to the same identity {kind}/{namespace + '/' if namespace else ''}{name}")
+            raise RenderError(f"two objects render to the same identity {object_id(obj)}")
         seen.add(key)
 
 

@@ -81,6 +81,11 @@ class CrdSource:
     content: bytes
     patch: Callable[[Manifest], Manifest] | None = None
 
+    @property
+    def identity(self) -> Manifest:
+        """The CRD's apiVersion, kind and name only: what object_key, object_id and object_path read."""
+        return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": self.name}}
+
     def document(self) -> Manifest:
         """A fresh copy of the CRD as Trainyard declares it (callers may edit it)."""
         doc: Manifest = _parse(self.blob_sha, self.content)

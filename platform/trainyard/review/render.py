@@ -150,7 +150,7 @@ def rendered_files(rendered: RenderedPlatform) -> dict[Path, str]:
         for crd in rendered.given_crds:
             files[object_path(crd)] = to_yaml_cached(crd)
         for source in rendered.crd_sources:
-            files[Path("CustomResourceDefinition.apiextensions.k8s.io") / f"{source.name}.yaml"] = crd_yaml(source)
+            files[object_path(source.identity)] = crd_yaml(source)
     for obj in rendered.objects:
         files[object_path(obj)] = to_yaml(redact_object(obj))
     for release in rendered.releases:
