@@ -173,6 +173,8 @@ def rbac_rows() -> list[Access]:
         Access("update", "localqueues.kueue.x-k8s.io", own, False, "default"),
         Access("list", "pods", own, True),
         Access("create", "pods", own, False),
+        # The tenant quota limits no PVCs (tenants.resource_quota_for says why): tenants cannot make them.
+        Access("create", "persistentvolumeclaims", own, False),
         Access("list", "secrets", own, False),
         Access("update", "resourcequotas", own, False, "trainyard-tenant"),
         Access("delete", "resourcequotas", own, False, "trainyard-tenant"),
@@ -246,6 +248,9 @@ def samples(rehearsal: Rehearsal, namespace: str | None, resource: str) -> dict[
     if resource == "pods":
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "rbac-probe", "namespace": namespace},
                 "spec": {"containers": [{"name": "c", "image": "registry.trainyard.internal/pause:3"}]}}
+    if resource == "persistentvolumeclaims":
+        return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "rbac-probe", "namespace": namespace},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}
     group = resource.split(".", 1)[1]
     kind = {"clustertrainingruntimes": "ClusterTrainingRuntime", "trainingruntimes": "TrainingRuntime",
             "clusterqueues": "ClusterQueue"}[resource.split(".", maxsplit=1)[0]]

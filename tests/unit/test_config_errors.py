@@ -132,3 +132,14 @@ def test_invalid_yaml_names_the_line(capsys: pytest.CaptureFixture[str], tmp_pat
     assert main(["validate", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "not valid YAML" in err and "Pulumi.bad.yaml:" in err
+
+
+def test_a_removed_field_says_why_it_went_and_what_to_do() -> None:
+    data = local_platform()
+    data["tenants"][1]["storage"] = {"requests": "1Ti"}
+    (problem,) = problems_of(data)
+    assert problem.startswith("trainyard:platform.tenants[1].storage: removed: the tenant ResourceQuota no longer "
+                              "limits PVC storage")
+    assert "Delete this field" in problem
+    data["tenants"][1]["storage_quota"] = {"requests": "1Ti"}  # an unknown field is still called one
+    assert any(p.startswith("trainyard:platform.tenants[1].storage_quota: unknown field") for p in problems_of(data))

@@ -54,6 +54,19 @@ def test_resource_quota_caps_gpus_at_nominal_plus_borrowing() -> None:
     assert hard["count/trainjobs.trainer.kubeflow.org"] == "50"
 
 
+def test_resource_quota_limits_no_pvcs_so_a_runtimes_shared_claim_never_stalls_its_jobset() -> None:
+    """JobSet v0.12.0 re-creates volumeClaimPolicies PVCs every reconcile and the quota admission charges each
+    refused create (tenants.resource_quota_for): a PVC quota would stall lora-finetune/lora-peft jobs."""
+    config = stack("prod").config
+    for tenant in config.tenants:
+        hard = tenants.resource_quota_for(config, tenant)["spec"]["hard"]
+        assert not {k for k in hard if "storage" in k or "persistentvolumeclaims" in k}, hard
+        assert hard["count/trainjobs.trainer.kubeflow.org"] == str(tenant.max_trainjobs)
+    # ... and tenants cannot create PVCs of their own, so an approved runtime's claims bound their storage.
+    role = tenants.role_for(config.tenants[0])
+    assert not [r for r in role["rules"] if "persistentvolumeclaims" in r["resources"] and "create" in r["verbs"]]
+
+
 def test_runtimes_are_approved_labelled_and_get_the_topology_annotation() -> None:
     objects = {o["metadata"]["name"]: o for o in rendered("prod").by_kind("ClusterTrainingRuntime")}
     assert sorted(objects) == ["deepspeed-mpi", "lora-finetune", "lora-peft", "torch-distributed"]

@@ -29,6 +29,14 @@ STACKS_DIR = "stacks"
 MAX_DEPTH = 32
 MAX_EXPANDED_NODES = 200_000
 MAX_STACK_BYTES = 16 * 2**20
+# Fields a stack may still carry from an earlier Trainyard, with why they went (path without list indexes).
+REMOVED_FIELDS: dict[tuple[str, ...], str] = {
+    ("tenants", "storage"): (
+        "removed: the tenant ResourceQuota no longer limits PVC storage or count. JobSet v0.12.0 re-creates a "
+        "TrainJob's shared PVC on every reconcile and the quota admission charges each refused create, so a "
+        "storage quota stalls the job; tenants cannot create PVCs, and an approved runtime's claims bound "
+        "their storage (docs/components/tenants.md, 'Storage'). Delete this field"),
+}
 YamlLoader: type[yaml.SafeLoader] = yamlio.SafeLoader
 
 
@@ -207,11 +215,12 @@ def validate_platform(data: Any, file: str, root_node: yaml.Node | None = None) 
                 loc, reason = loc + cause.path, cause.reason
             elif reason.startswith("Value error, "):
                 reason = reason.removeprefix("Value error, ")
+            loc = tuple(part for part in loc if not _is_union_tag(part))
             if error["type"] == "extra_forbidden":
-                reason = "unknown field (not part of the stack schema; check the spelling)"
+                reason = REMOVED_FIELDS.get(tuple(p for p in loc if isinstance(p, str)),
+                                            "unknown field (not part of the stack schema; check the spelling)")
             elif error["type"] == "missing":
                 reason = "required field is missing"
-            loc = tuple(part for part in loc if not _is_union_tag(part))
             problems.append(Problem(_format_path(loc), reason, _line_of(root_node, loc)))
         raise ConfigError(file, problems) from None
 

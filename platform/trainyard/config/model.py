@@ -415,11 +415,6 @@ class FlavorQuota(Model):
         return self
 
 
-class StorageQuota(Model):
-    requests: Quantity = Field(default="1Ti", description="Total PVC storage requests in the namespace.")
-    persistent_volume_claims: Count = Field(default=20, description="Number of PVCs in the namespace.")
-
-
 class Tenant(Model):
     """An ML team: a namespace, a LocalQueue on its own ClusterQueue, quotas and member groups."""
 
@@ -434,7 +429,6 @@ class Tenant(Model):
         default=None, description="Priority class a TrainJob of the tenant gets when it names none (the admission "
         "policy trainyard-trainjob-default-priority labels it; Kueue would otherwise give it priority 0).")
     groups: tuple[Group, ...] = Field(default=(), description="Identity-provider groups bound to the tenant role.")
-    storage: StorageQuota = Field(default=StorageQuota(), description="Storage part of the namespace ResourceQuota.")
     max_trainjobs: Count = Field(default=50, description="ResourceQuota on TrainJob objects in the namespace.")
     mig_slices: Count | None = Field(
         default=None,

@@ -99,6 +99,17 @@ def resource_quota_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
 
     Kueue decides admission; the ResourceQuota stops anything that bypasses Kueue (a bare pod)
     from taking more than the tenant could ever be admitted for.
+
+    It limits no PVC storage or count, on purpose. JobSet v0.12.0 creates the shared PVCs of a
+    runtime's ``volumeClaimPolicies`` with a Create on *every* reconcile and ignores AlreadyExists
+    (Ref: jobset v0.12.0 pkg/controllers/volume_claim_policy.go, createPVCsIfNecessary), and the
+    quota admission charges a create before storage refuses it, so each refused create adds the claim
+    to ``status.used`` until the quota controller recalculates (Ref: kubernetes/kubernetes#61530,
+    #119593). A few reconciles later the Create is refused "exceeded quota", the reconcile stops
+    before the JobSet's later steps (creating the node Jobs, suspending them on preemption), and the
+    job stalls until Kueue's waitForPodsReady evicts it. Storage stays bounded without it: tenants
+    cannot create PVCs (``role_for``), so a namespace holds at most ``max_trainjobs`` x the claims of
+    the largest approved runtime (docs/components/tenants.md, "Storage").
     """
     gpus, cpu, memory = 0, parse_quantity(0), parse_quantity(0)
     for quota in tenant.quotas:
@@ -121,8 +132,6 @@ def resource_quota_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
         f"requests.{catalog.GPU_RESOURCE}": str(gpus),
         "requests.cpu": format_quantity(cpu, binary=False),
         "requests.memory": format_quantity(memory, binary=True),
-        "requests.storage": str(tenant.storage.requests),
-        "persistentvolumeclaims": str(tenant.storage.persistent_volume_claims),
         "count/trainjobs.trainer.kubeflow.org": str(tenant.max_trainjobs),
     }
     return {

@@ -266,6 +266,9 @@ class Rehearsal:
             trainjobs = {t["metadata"]["name"]: t for t in self.trainjobs(namespace)}
             workloads = self.workloads(namespace)
             pods = self.kube.items("pods", namespace)
+            jobsets = {j["metadata"]["name"]: j for j in self.kube.items("jobsets.jobset.x-k8s.io", namespace)}
+            jobs = self.kube.items("jobs.batch", namespace)
+            warnings = [e for e in self.kube.items("events", namespace) if e.get("type") == "Warning"]
         except KubeError as error:
             return f"  (could not read the jobs: {error})"
         for name in sorted(names):
@@ -277,6 +280,21 @@ class Rehearsal:
             for workload in workloads:
                 if any(o.get("name") == name for o in workload["metadata"].get("ownerReferences", [])):
                     lines.append(f"    Workload {workload['metadata']['name']}: {conditions(workload)}")
+            if name in jobsets:
+                lines.append(f"    JobSet {name}: {conditions(jobsets[name])}; child Jobs: " + (", ".join(
+                    f"{j['metadata']['name']} ({conditions(j)})" for j in jobs
+                    if j["metadata"].get("labels", {}).get("jobset.sigs.k8s.io/jobset-name") == name) or "none"))
+            # What a controller was refused (a quota, a webhook) is in its Warning events, e.g. PVCCreationFailed;
+            # the same refusal repeated is one line with its count.
+            seen: dict[tuple[str, str, str, str], int] = {}
+            for event in warnings:
+                involved = event.get("involvedObject", {})
+                if involved.get("name") == name or str(involved.get("name", "")).startswith(f"{name}-"):
+                    key = (str(involved.get("kind")), str(involved.get("name")), str(event.get("reason")),
+                           str(event.get("message", ""))[:300])
+                    seen[key] = seen.get(key, 0) + int(event.get("count") or 1)
+            lines += [f"    event {kind}/{obj} {reason} x{count}: {message}"
+                      for (kind, obj, reason, message), count in seen.items()]
             for pod in pods:
                 if pod["metadata"].get("labels", {}).get("jobset.sigs.k8s.io/jobset-name") == name:
                     status = pod.get("status", {})
