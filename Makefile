@@ -97,8 +97,11 @@ tools: ## Build every platform tool from Go modules (cached; tools/build.sh --li
 	tools/mlflow/install.sh
 	tools/lab/install.sh
 
-.PHONY: cluster-up cluster-down
-cluster-up: tools setup ## Start the rehearsal cluster: control plane, real Kueue/JobSet/Trainer, kwok, the local stack's fake GPU nodes
+.PHONY: cluster-tools cluster-up cluster-down
+cluster-tools: ## Build only what the rehearsal cluster runs (tools/build.sh cluster: control plane, engine, controllers, kwok)
+	tools/build.sh -j $(TOOL_JOBS) cluster
+
+cluster-up: cluster-tools setup ## Start the rehearsal cluster: control plane, real Kueue/JobSet/Trainer, kwok, the local stack's fake GPU nodes
 	$(BIN)/trainyard cluster up local
 cluster-down: setup ## Stop the rehearsal cluster (webhooks removed first; data kept, `trainyard cluster down --purge` removes it)
 	$(BIN)/trainyard cluster down

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Build Trainyard's local platform tools from pinned Go wrapper modules.
 #
-#   tools/build.sh [-j N] [all|TOOL]...   TOOL: one of ALL_TOOLS below (--list prints them)
+#   tools/build.sh [-j N] [all|cluster|TOOL]...   TOOL: one of ALL_TOOLS below (--list prints them);
+#                  cluster: CLUSTER_TOOLS, what the rehearsal cluster and the cluster tier run
 #                  -j N (or TRAINYARD_BUILD_JOBS=N): build N tools at once, longest first; each
 #                  tool's output goes to TOOLS_DIR/logs/TOOL.log, shown whole if it fails
-#   tools/build.sh --check     exit 0 iff every binary is present and current
+#   tools/build.sh --check [all|cluster|TOOL]...   exit 0 iff those binaries (default: all) are present and current
 #   tools/build.sh --list      print the tools and binaries
 #
 # Binaries go to ${TRAINYARD_TOOLS_DIR:-$HOME/.cache/trainyard/tools}/bin, outside
@@ -39,6 +40,10 @@ ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueu
 # order -j N starts them in. pulumi-kubernetes compiles one huge package on one core for ~15 min, so
 # with -j 2 the rest build beside it.
 BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs pulumi kueue trainer kwok promtool jobset helm etcd kind crane)
+# What `trainyard cluster up`, `make up` and the cluster tier need (the control plane, the engine and its
+# provider, the controllers, kwok; crane for the destroy test's registry). CI builds these first, beside
+# `make test`, and the rest (seaweedfs, promtool, kind) beside the cluster tier (.ci/run).
+CLUSTER_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes kueue jobset trainer kwok crane)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
@@ -338,6 +343,7 @@ main() {
       --list) for t in "${ALL_TOOLS[@]}"; do echo "$t: $(tool_bins "$t" | cut -d' ' -f1 | tr '\n' ' ')$(tool_extra_files "$t")"; done; return 0 ;;
       -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; return 0 ;;
       all) tools+=("${ALL_TOOLS[@]}") ;;
+      cluster) tools+=("${CLUSTER_TOOLS[@]}") ;;
       *) tool_bins "$a" >/dev/null; tools+=("$a") ;;
     esac
   done

@@ -43,11 +43,12 @@ TRAINYARD = Path(sys.executable).parent / "trainyard"
 
 
 def tools_problem(*tools: str) -> str | None:
-    """Why the cluster tier (or a test needing only ``tools``, e.g. "etcd", "kube-apiserver") cannot run here, or None."""
+    """Why the cluster tier (``tools/build.sh``'s ``cluster`` group; or a test needing only ``tools``, e.g. "etcd",
+    "kube-apiserver") cannot run here, or None."""
     if CRDS_DIR is None:
         return "upstream CRD mirror not found: set TRAINYARD_CRDS_DIR (default ../shared/crds)"
-    check = subprocess.run([str(ROOT / "tools" / "build.sh"), "--check", *tools], capture_output=True, text=True,
-                           check=False)
+    check = subprocess.run([str(ROOT / "tools" / "build.sh"), "--check", *(tools or ("cluster",))],
+                           capture_output=True, text=True, check=False)
     if check.returncode != 0:
         missing = ", ".join(line.split(": ", 1)[-1] for line in check.stderr.splitlines() if line.startswith("stale"))
         return f"platform tools not built ({missing or check.stderr.strip()}): run `make tools` (tools/build.sh)"

@@ -231,3 +231,26 @@ def test_the_tools_build_installs_every_pulumi_plugin_the_program_starts() -> No
     assert {"pulumi", "pulumi-language-python", "pulumi-language-python-exec", "pulumi-resource-pulumi-python"} <= set(pulumi)
     generated = (ROOT / "platform" / "trainyard" / "components" / "generated.py").read_text()
     assert "import pulumi.dynamic" in generated
+
+
+def test_the_cluster_tool_group_holds_every_binary_the_rehearsal_and_the_cluster_tier_start(tmp_path: Path) -> None:
+    """CI builds ``tools/build.sh cluster`` first and starts the cluster tier on it (the rest builds beside the
+    tier), and the tier checks only that group: a binary the rehearsal starts outside it would be missing there."""
+    import subprocess
+
+    from trainyard.rehearsal.cluster import CONTROL_PLANE
+    from trainyard.rehearsal.controllers import controllers
+
+    script = (ROOT / "tools" / "build.sh").read_text()
+    group = re.search(r"^CLUSTER_TOOLS=\(([^)]*)\)", script, re.M)
+    assert group is not None
+    listed = subprocess.run([str(ROOT / "tools" / "build.sh"), "--list"], capture_output=True, text=True, check=True,
+                            timeout=60).stdout
+    binaries = {line.split(":")[0]: set(line.split()[1:]) for line in listed.splitlines()}
+    cluster = set().union(*(binaries[t] for t in group.group(1).split()))
+    settings = Settings.from_env({"TRAINYARD_CLUSTER_DIR": str(tmp_path)})
+    started = {*CONTROL_PLANE, "kubectl", "kwok", *(c.binary for c in controllers(open_stack("local", ROOT).config, settings)),
+               "pulumi", "pulumi-language-python", "pulumi-language-python-exec", "pulumi-resource-pulumi-python",
+               "pulumi-resource-kubernetes", "crane"}  # crane: the destroy test's registry
+    assert started <= cluster, sorted(started - cluster)
+    assert not cluster & (binaries["seaweedfs"] | binaries["promtool"] | binaries["kind"])  # built beside the tier
