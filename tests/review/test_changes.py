@@ -79,6 +79,20 @@ def test_embedded_yaml_is_diffed_by_field() -> None:
     assert diff_values(old, new) == [FieldChange("values.config(yaml).waitForPodsReady.timeout", "10m", "15m")]
 
 
+def test_embedded_json_is_diffed_by_field_as_yaml_would_be_and_bad_json_falls_back_to_yaml() -> None:
+    """The object store's plan is JSON (read by ``json``, not the slower YAML constructor): same changes."""
+    import json
+
+    plan = {"backend": "minio", "buckets": [{"name": "a-models", "versioning": True}]}
+    grown = {**plan, "buckets": [*plan["buckets"], {"name": "b-models", "versioning": False}]}
+    old, new = ({"data": {"plan.json": json.dumps(p, indent=2)}} for p in (plan, grown))
+    assert diff_values(old, new) == [FieldChange("data[plan.json](yaml).buckets[b-models].versioning", ABSENT, False)]
+    # Not JSON (a YAML flow mapping with a comment), but YAML: still diffed by field.
+    old = {"values": {"config": "{a: 1}\n# one\n"}}
+    new = {"values": {"config": "{a: 2}\n# one\n"}}
+    assert diff_values(old, new) == [FieldChange("values.config(yaml).a", 1, 2)]
+
+
 def test_secret_data_changes_are_reported_but_never_shown() -> None:
     old = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": "mlflow"},
            "data": {"password": "c2VjcmV0LTE=", "user": "bWxmbG93"}}

@@ -133,3 +133,20 @@ def test_tenant_objects_live_in_their_tenants_namespace() -> None:
         assert objects[0]["metadata"]["name"] == tenant.namespace_name
         assert {o["metadata"].get("namespace") for o in objects[1:]} == {tenant.namespace_name}
         assert {"LocalQueue", "NetworkPolicy", "ResourceQuota"} <= {o["kind"] for o in objects}
+
+
+def test_crd_documents_are_fresh_copies_except_where_a_review_reads_them_only() -> None:
+    """``read_only_documents`` (a review's two renders) shares one parsed document per CRD file; elsewhere
+    every render gets its own, which its callers may edit."""
+    from trainyard.manifests.crds import read_only_documents
+
+    local = stack("local")
+    one, two = local.render(), local.render()
+    assert one.crds[0] == two.crds[0] and one.crds[0] is not two.crds[0]
+    one.crds[0]["metadata"]["labels"] = {"edited": "yes"}
+    assert "labels" not in (two.crds[0]["metadata"] or {}) or two.crds[0]["metadata"]["labels"] != {"edited": "yes"}
+    with read_only_documents():
+        three, four = local.render(), local.render()
+        assert all(a is b for a, b in zip(three.crds, four.crds, strict=True))
+    five = local.render()
+    assert five.crds[0] is not three.crds[0] and five.crds[0] == two.crds[0]

@@ -16,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -87,9 +89,30 @@ class CrdSource:
         return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": self.name}}
 
     def document(self) -> Manifest:
-        """A fresh copy of the CRD as Trainyard declares it (callers may edit it)."""
-        doc: Manifest = _parse(self.blob_sha, self.content)
+        """A fresh copy of the CRD as Trainyard declares it (callers may edit it), except inside
+        ``read_only_documents``."""
+        shared = _SHARED.get()
+        if shared is None:
+            doc: Manifest = _parse(self.blob_sha, self.content)
+        else:
+            doc = shared.get(self.blob_sha) or shared.setdefault(self.blob_sha, _parse(self.blob_sha, self.content))
         return self.patch(doc) if self.patch is not None else doc
+
+
+_SHARED: ContextVar[dict[str, Any] | None] = ContextVar("trainyard_crds_shared", default=None)
+
+
+@contextmanager
+def read_only_documents() -> Iterator[None]:
+    """Within it, every ``CrdSource.document()`` of one file shares one parsed document, for callers that
+    only read them: a review renders the stack twice (base and head) from the same CRD files, and
+    sharing halves the parsing and makes comparing the two sides' CRDs an identity check per field.
+    Nothing within may edit a document."""
+    token = _SHARED.set({} if _SHARED.get() is None else _SHARED.get())
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 def crd_sources(config: PlatformConfig, components: list[tuple[str, str]],

@@ -23,6 +23,7 @@ from typing import Any
 from trainyard import catalog
 from trainyard.config import ConfigError, PlatformConfig
 from trainyard.manifests import RenderedPlatform, RenderError
+from trainyard.manifests.crds import read_only_documents
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest
 from trainyard.project import Stack, open_stack
@@ -118,14 +119,17 @@ def objects_of(side: Side) -> list[Manifest]:
 
 def review_platforms(base: Side, head: Side, *, title: str, evaluator: Evaluator | None = None,
                      notes: Sequence[str] = (), marker: str = "trainyard-review") -> Review:
-    """The review of ``base -> head``; ``evaluator`` (the policy rules) adds the policy section."""
-    changes, unchanged = diff_objects(objects_of(base), objects_of(head))
+    """The review of ``base -> head``; ``evaluator`` (the policy rules) adds the policy section.
+
+    Both sides read, never edit, their CRDs, so one parsed document per CRD file serves both."""
+    with read_only_documents():
+        changes, unchanged = diff_objects(objects_of(base), objects_of(head))
+        policy = None
+        if evaluator is not None:
+            before = evaluator(base.config, base.rendered) if base.config and base.rendered else []
+            after = evaluator(head.config, head.rendered) if head.config and head.rendered else []
+            policy = policy_delta(before, after)
     capacity = capacity_delta(base.config, head.config) if base.config or head.config else None
-    policy = None
-    if evaluator is not None:
-        before = evaluator(base.config, base.rendered) if base.config and base.rendered else []
-        after = evaluator(head.config, head.rendered) if head.config and head.rendered else []
-        policy = policy_delta(before, after)
     settings = settings_changes(base.config, head.config)
     bumps = upgrades(base.rendered, head.rendered)
     highlights = [b.summary() for b in bumps] + highlights_for(changes, capacity, policy) + settings_highlights(settings)
