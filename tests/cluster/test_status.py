@@ -1,8 +1,10 @@
 """`trainyard status` against a real kube-apiserver: Kueue's CRDs, the prod stack's queues, Workloads with status.
 
-Until the real Kueue controller runs in the rehearsal, the statuses Kueue would write (ClusterQueue
-flavorsUsage, Workload conditions) are written here through the status subresource, so the API
-server validates them against the real v1beta2 schemas; the report reads them back like any client.
+The rehearsal runs the real Kueue controller, which would rewrite any status it did not compute, so this
+test runs on a private API server without controllers (``bare_cluster``) and writes the statuses Kueue
+would write (ClusterQueue flavorsUsage, Workload conditions) itself, through the status subresource:
+the API server validates them against the real v1beta2 schemas and the report reads them back like any
+client, with a known, fixed scenario to check it against.
 The same snapshot, recorded (tests/fixtures/status/prod-snapshot.json), drives the offline test.
 """
 

@@ -125,3 +125,51 @@ def test_multikueue_settings_are_checked_with_their_field_path(tmp_path: Path, m
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err
     assert "trainyard:platform.multikueue" in err and reason in err
+
+
+def _worker_problems(tmp_path: Path, change_worker: dict) -> list:  # type: ignore[type-arg]
+    with pytest.raises(ConfigError) as caught:
+        open_stack(str(_stack_pair(tmp_path, change_worker)), ROOT)
+    return caught.value.problems
+
+
+def _worker_tenants() -> list[dict]:  # type: ignore[type-arg]
+    return yaml.safe_load(WORKER.read_text())["config"]["trainyard:platform"]["tenants"]
+
+
+def test_a_worker_tenant_in_another_namespace_is_refused_naming_both_namespaces(tmp_path: Path) -> None:
+    tenants = _worker_tenants()
+    tenants[0]["namespace"] = "team-a-jobs"
+    [problem] = _worker_problems(tmp_path, {"tenants": tenants})
+    assert problem.path == "trainyard:platform.multikueue.workers[0].stack"
+    assert problem.reason == "tenant 'team-a' uses namespace 'team-a' here but 'team-a-jobs' on worker worker-1"
+
+
+def test_a_worker_without_a_priority_class_a_manager_tenant_uses_is_refused(tmp_path: Path) -> None:
+    doc = yaml.safe_load(WORKER.read_text())["config"]["trainyard:platform"]
+    tenants = doc["tenants"]
+    tenants[0]["priority_classes"] = ["standard"]  # the worker stack itself must stay valid without "high"
+    classes = [c for c in doc["priority_classes"] if c["name"] != "high"]
+    [problem] = _worker_problems(tmp_path, {"tenants": tenants, "priority_classes": classes})
+    assert problem.path == "trainyard:platform.multikueue.workers[0].stack"
+    assert problem.reason == "tenant 'team-a': priority classes high are not defined on worker worker-1"
+
+
+def test_a_worker_with_a_tenant_the_manager_does_not_dispatch_is_refused(tmp_path: Path) -> None:
+    tenants = _worker_tenants()
+    extra = {**tenants[1], "name": "team-c", "groups": ["team-c-engineers"]}
+    extra["quotas"] = [{"flavor": q["flavor"], "gpus": 0} for q in extra["quotas"]]  # no quota left to share
+    extra.pop("cohort", None)
+    [problem] = _worker_problems(tmp_path, {"tenants": [*tenants, extra]})
+    assert problem.path == "trainyard:platform.multikueue.workers[0].stack"
+    assert problem.reason == "worker worker-1 has tenants the manager does not dispatch: team-c"
+
+
+def test_an_invalid_worker_stack_is_refused_with_its_own_problem(tmp_path: Path) -> None:
+    tenants = _worker_tenants()
+    tenants[0]["default_priority_class"] = "urgent"
+    [problem] = _worker_problems(tmp_path, {"tenants": tenants})
+    assert problem.path == "trainyard:platform.multikueue.workers[0].stack"
+    assert problem.reason.startswith("worker stack Pulumi.worker-1.yaml is not valid: ")
+    assert problem.reason.endswith(
+        "trainyard:platform.tenants[0]: default_priority_class must be one of priority_classes")

@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from trainyard.config.model import Labels, Model, Name
+from trainyard.policy_ids import RULE_IDS
 
 # namespace (DNS-1123 label) / Service name (DNS-1035 label), each at most 63.
 # Ref: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#rfc-1035-label-names
@@ -140,8 +141,6 @@ class PolicySettings(Model):
     @field_validator("severity")
     @classmethod
     def _known_rules(cls, value: dict[str, PolicyLevel]) -> dict[str, PolicyLevel]:
-        from trainyard.policy.rules import RULE_IDS  # the rule catalogue depends on config, not the reverse
-
         unknown = sorted(set(value) - RULE_IDS)
         if unknown:
             raise ValueError(f"unknown policy rules: {', '.join(unknown)} (see docs/policy.md for the rule ids)")

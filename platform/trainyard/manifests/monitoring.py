@@ -101,7 +101,12 @@ def service_monitor(config: PlatformConfig, target: ScrapeTarget) -> Manifest:
 
 def scrape_permissions(config: PlatformConfig, targets: list[ScrapeTarget]) -> list[Manifest]:
     prometheus = config.monitoring.prometheus
-    subject = {"kind": "ServiceAccount", "name": prometheus.service_account, "namespace": prometheus.namespace}
+
+    def subject() -> Manifest:
+        # A new dict per binding: a shared one would be one object in several manifests (edited together, and
+        # a YAML alias wherever they are dumped together).
+        return {"kind": "ServiceAccount", "name": prometheus.service_account, "namespace": prometheus.namespace}
+
     out: list[Manifest] = [
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
          "metadata": metadata(METRICS_READER, labels={COMPONENT_LABEL: "monitoring"}),
@@ -109,7 +114,7 @@ def scrape_permissions(config: PlatformConfig, targets: list[ScrapeTarget]) -> l
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": metadata(METRICS_READER, labels={COMPONENT_LABEL: "monitoring"}),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": METRICS_READER},
-         "subjects": [subject]},
+         "subjects": [subject()]},
     ]
     for namespace in sorted({t.namespace for t in targets}):
         out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
@@ -121,7 +126,7 @@ def scrape_permissions(config: PlatformConfig, targets: list[ScrapeTarget]) -> l
         out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                     "metadata": metadata(DISCOVERY, namespace=namespace, labels={COMPONENT_LABEL: "monitoring"}),
                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": DISCOVERY},
-                    "subjects": [subject]})
+                    "subjects": [subject()]})
     return out
 
 
