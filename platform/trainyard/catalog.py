@@ -488,6 +488,8 @@ DEFAULT_VERSIONS: dict[str, str] = {"kueue": "0.19.2", "jobset": "0.12.0", "trai
 # MinIO Tenant: the operator labels every pod v1.min.io/tenant=<tenant name> (pkg/apis/minio.min.io/v2
 # constants TenantLabel); the S3 API listens on 9000 (helm/tenant/values.yaml metrics.port / MinIOPort).
 SEAWEEDFS_S3_PORT = 8333
+# The SeaweedFS chart's release name: its S3 Service is <release>-all-in-one (chart templates/all-in-one).
+SEAWEEDFS_RELEASE = "seaweedfs"
 SEAWEEDFS_POD_LABELS = {"app.kubernetes.io/name": "seaweedfs", "app.kubernetes.io/component": "seaweedfs-all-in-one"}
 MINIO_S3_PORT = 9000
 MINIO_TENANT_LABEL = "v1.min.io/tenant"

@@ -31,11 +31,7 @@ FORBIDDEN_FOR_CONFIG = (
 
 # (importing module, imported module) pairs that break the rule today and are tracked to be removed.
 # Do not add to this set: move what config needs into config (or catalog) instead.
-KNOWN_VIOLATIONS = {
-    # _check_mlflow compares the stack's MLflow endpoint with manifests.object_store.endpoint_url
-    # (the manifests layer owns the Service names).
-    ("trainyard.config.object_store", "trainyard.manifests.object_store"),
-}
+KNOWN_VIOLATIONS: set[tuple[str, str]] = set()  # (module, import): none left; do not add to it
 
 
 @dataclass(frozen=True)

@@ -256,6 +256,18 @@ class ObjectStore(Model):
     def tenant_settings(self, tenant: str) -> TenantObjectStore:
         return self.tenant_overrides.get(tenant, TenantObjectStore())
 
+    def endpoint_url(self) -> str:
+        """The S3 endpoint URL pods in the cluster use."""
+        if self.backend == "seaweedfs":
+            return f"http://{catalog.SEAWEEDFS_RELEASE}-all-in-one.{self.namespace}.svc:{catalog.SEAWEEDFS_S3_PORT}"
+        if self.backend == "minio":
+            # The operator's Service "minio" serves the S3 API on port 80 when the Tenant has no TLS
+            # (minio/operator pkg/resources/services/service.go NewClusterIPForMinIO: MinIOPortLoadBalancerSVC
+            # 80, target MinIOPort 9000; pkg/apis/minio.min.io/v2/constants.go).
+            return f"http://minio.{self.namespace}.svc:80"
+        assert self.external is not None
+        return self.external.endpoint_url
+
     def server_endpoint(self) -> Endpoint | None:
         """Where the in-cluster S3 server's pods listen (None for external: the stack names its networks)."""
         if self.backend == "seaweedfs":
@@ -305,13 +317,12 @@ def _check_mlflow(config: PlatformConfig, store: ObjectStore) -> None:
     server and the barman-cloud ObjectStore read (docs/components/mlflow.md).
     """
     from trainyard.config.model import FieldError
-    from trainyard.manifests.object_store import endpoint_url  # the manifests layer owns the Service names
 
     mlflow = config.mlflow
     if not mlflow.enabled or mlflow.object_store is None:
         return
     where = ("mlflow", "object_store")
-    expected = endpoint_url(config)
+    expected = store.endpoint_url()
     if mlflow.object_store.endpoint_url != expected:
         raise FieldError((*where, "endpoint_url"),
                          f"{mlflow.object_store.endpoint_url!r} is not the object store's endpoint {expected!r}")

@@ -42,7 +42,7 @@ from trainyard.supply.reference import ImageRef, mirrored
 
 COMPONENT = "object-store"
 LABELS = {COMPONENT_LABEL: COMPONENT}
-SEAWEEDFS_RELEASE = "seaweedfs"
+SEAWEEDFS_RELEASE = catalog.SEAWEEDFS_RELEASE
 SEAWEEDFS_DATA_CLAIM = "seaweedfs-data"
 SEAWEEDFS_IDENTITIES_SECRET = "seaweedfs-s3-identities"  # noqa: S105 - a Secret's name
 # The key the SeaweedFS chart mounts the identities file from (templates/all-in-one/all-in-one-deployment.yaml:
@@ -105,17 +105,8 @@ def bucket_name(config: PlatformConfig, tenant: Tenant | str, purpose: Purpose) 
 
 
 def endpoint_url(config: PlatformConfig) -> str:
-    """The S3 endpoint URL pods in the cluster use."""
-    store = _store(config)
-    if store.backend == "seaweedfs":
-        return f"http://{SEAWEEDFS_RELEASE}-all-in-one.{store.namespace}.svc:{catalog.SEAWEEDFS_S3_PORT}"
-    if store.backend == "minio":
-        # The operator's Service "minio" serves the S3 API on port 80 when the Tenant has no TLS
-        # (minio/operator pkg/resources/services/service.go NewClusterIPForMinIO: MinIOPortLoadBalancerSVC
-        # 80, target MinIOPort 9000; pkg/apis/minio.min.io/v2/constants.go).
-        return f"http://minio.{store.namespace}.svc:80"
-    assert store.external is not None
-    return store.external.endpoint_url
+    """The S3 endpoint URL pods in the cluster use (the stack's object store says: config.object_store)."""
+    return _store(config).endpoint_url()
 
 
 def region(config: PlatformConfig) -> str:
