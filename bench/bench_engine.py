@@ -63,6 +63,10 @@ def scaled_local_stack(tenants: int, nodes_per_tenant: int = NODES_PER_TENANT) -
     a100["nodes"] = l4["nodes"] = max(1, tenants * nodes_per_tenant // 2)
     template = platform["tenants"][0]
     platform["tenants"] = []
+    # Sections keyed by the local stack's tenant names would name tenants this stack does not have.
+    platform.pop("lineage", None)
+    if isinstance(platform.get("object_store"), dict):
+        platform["object_store"].pop("tenant_overrides", None)
     for t in range(tenants):
         tenant = copy.deepcopy(template)
         tenant["name"] = f"team-{t:03d}"
