@@ -34,9 +34,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "platform"))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("TRAINYARD_CRDS_DIR", str(ROOT.parent / "shared" / "crds"))
 
 import yaml  # noqa: E402
+from bench_render import without_tenant_keyed  # noqa: E402
 from tests.cluster.conftest import private_env, tools_problem  # noqa: E402
 
 from trainyard.config import load_stack  # noqa: E402
@@ -62,11 +64,8 @@ def scaled_local_stack(tenants: int, nodes_per_tenant: int = NODES_PER_TENANT) -
     a100, l4 = pools["fake-a100"], pools["fake-l4"]
     a100["nodes"] = l4["nodes"] = max(1, tenants * nodes_per_tenant // 2)
     template = platform["tenants"][0]
+    platform = document["config"]["trainyard:platform"] = without_tenant_keyed(platform)
     platform["tenants"] = []
-    # Sections keyed by the local stack's tenant names would name tenants this stack does not have.
-    platform.pop("lineage", None)
-    if isinstance(platform.get("object_store"), dict):
-        platform["object_store"].pop("tenant_overrides", None)
     for t in range(tenants):
         tenant = copy.deepcopy(template)
         tenant["name"] = f"team-{t:03d}"

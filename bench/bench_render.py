@@ -31,6 +31,15 @@ POOLS, NODES_PER_POOL, GPUS_PER_NODE = 10, 200, 8
 TENANTS, COHORTS = 200, 10
 
 
+def without_tenant_keyed(platform: dict[str, Any]) -> dict[str, Any]:
+    """``platform`` without the sections keyed by its tenants' names (``lineage``,
+    ``object_store.tenant_overrides``): a generated stack with other tenants would name tenants it lacks."""
+    out = {k: v for k, v in platform.items() if k != "lineage"}
+    if isinstance(out.get("object_store"), dict):
+        out["object_store"] = {k: v for k, v in out["object_store"].items() if k != "tenant_overrides"}
+    return out
+
+
 def generated_platform() -> dict[str, Any]:
     """A large but valid stack: 10 pools x 200 nodes x 8 GPUs; 200 tenants in 10 cohorts."""
     prod = yaml.safe_load((ROOT / "stacks" / "Pulumi.prod.yaml").read_text())["config"]["trainyard:platform"]
@@ -52,11 +61,7 @@ def generated_platform() -> dict[str, Any]:
             "priority_classes": ["standard", "preemptible"], "default_priority_class": "standard",
             "groups": [f"team-{t:03d}"],
         })
-    # Sections keyed by prod's tenant names would name tenants the generated stack does not have.
-    if isinstance(prod.get("object_store"), dict):
-        prod = {**prod, "object_store": {k: v for k, v in prod["object_store"].items() if k != "tenant_overrides"}}
-    prod = {k: v for k, v in prod.items() if k != "lineage"}
-    return {**prod, "environment": "bench", "gpu_pools": pools, "tenants": tenants,
+    return {**without_tenant_keyed(prod), "environment": "bench", "gpu_pools": pools, "tenants": tenants,
             "cohorts": [{"name": "org"}] + [{"name": f"cohort-{c}", "parent": "org"} for c in range(COHORTS)]}
 
 

@@ -95,7 +95,9 @@ class CrdSource:
         if shared is None:
             doc: Manifest = _parse(self.blob_sha, self.content)
         else:
-            doc = shared.get(self.blob_sha) or shared.setdefault(self.blob_sha, _parse(self.blob_sha, self.content))
+            if self.blob_sha not in shared:
+                shared[self.blob_sha] = _parse(self.blob_sha, self.content)
+            doc = shared[self.blob_sha]
         return self.patch(doc) if self.patch is not None else doc
 
 
@@ -108,7 +110,8 @@ def read_only_documents() -> Iterator[None]:
     only read them: a review renders the stack twice (base and head) from the same CRD files, and
     sharing halves the parsing and makes comparing the two sides' CRDs an identity check per field.
     Nothing within may edit a document."""
-    token = _SHARED.set({} if _SHARED.get() is None else _SHARED.get())
+    outer = _SHARED.get()
+    token = _SHARED.set({} if outer is None else outer)
     try:
         yield
     finally:
