@@ -16,7 +16,7 @@ The CRDs come from ``render_platform`` (``crd_components``), so they are applied
 Ref: prometheus-operator v0.93.0 ServiceMonitor and PrometheusRule CRDs; charts/kueue/templates/prometheus
 and rbac/metrics_reader_role.yaml at v0.19.2; jobset 0.12.0 templates/prometheus; kubeflow-trainer 2.3.0
 templates/manager/service.yaml (port monitoring-port, self-signed TLS, no authn filter);
-gpu-operator assets/state-dcgm-exporter/0600_service.yaml (Service nvidia-dcgm-exporter, port gpu-metrics).
+gpu-operator v26.7.0 assets/state-dcgm-exporter/0400_service.yaml (Service nvidia-dcgm-exporter, port gpu-metrics).
 """
 
 from __future__ import annotations
