@@ -2,6 +2,8 @@
 
 The CRD mirror is found through TRAINYARD_CRDS_DIR (default: ../shared/crds next to the
 project). Tests that need it skip, saying why, where it is absent (a user's fresh clone).
+The barman-cloud plugin's ObjectStore CRD, which the mirror lacks, through TRAINYARD_BARMAN_CLOUD_CRD
+(default: where `tools/build.sh barman-cloud-crd` copies it in the tools cache); likewise.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from trainyard.manifests import RenderedPlatform
+from trainyard.manifests.meta import Manifest
 from trainyard.project import Stack, open_stack
+from trainyard.schemas import barman_cloud_crd_path
 
 ROOT = Path(__file__).resolve().parents[1]
 STACKS = ("local", "staging", "prod")
@@ -33,6 +37,10 @@ needs_crds = pytest.mark.skipif(
 )
 
 
+# Not in the mirror: fetched from the plugin's pinned Go module into the tools cache (docs/tools.md).
+BARMAN_CLOUD_CRD = barman_cloud_crd_path()
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
@@ -43,6 +51,17 @@ def crds() -> Path:
     if CRDS_DIR is None:
         pytest.skip("upstream CRD mirror not found: set TRAINYARD_CRDS_DIR (default ../shared/crds)")
     return CRDS_DIR
+
+
+@pytest.fixture(scope="session")
+def barman_cloud_crd() -> Manifest:
+    """The plugin's ObjectStore CRD, verified against catalog.BARMAN_CLOUD_CRD (a drifted file fails, not skips)."""
+    from trainyard.schemas import barman_cloud_crd
+
+    if not BARMAN_CLOUD_CRD.is_file():
+        pytest.skip(f"barman-cloud ObjectStore CRD not found at {BARMAN_CLOUD_CRD}: run `tools/build.sh barman-cloud-crd` "
+                    "(or set TRAINYARD_BARMAN_CLOUD_CRD)")
+    return barman_cloud_crd(BARMAN_CLOUD_CRD)
 
 
 _rendered_cache: dict[str, RenderedPlatform] = {}

@@ -35,7 +35,7 @@ fi
 export GOTOOLCHAIN=local
 export CGO_ENABLED="${CGO_ENABLED:-0}"
 
-ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueue jobset trainer kwok seaweedfs kind)
+ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueue jobset trainer kwok seaweedfs kind barman-cloud-crd)
 # Cold build cost, most first (CPU-seconds on a 2-core machine, docs/tools.md "Cold and warm"): the
 # order -j N starts them in. pulumi-kubernetes compiles one huge package on one core for ~15 min, so
 # with -j 2 the rest build beside it.
@@ -65,6 +65,16 @@ JOBSET_VERSION=v0.12.0
 TRAINER_VERSION=v2.3.0
 KWOK_VERSION=v0.8.0
 KIND_VERSION=v0.33.0        # keep equal to trainyard.rehearsal.kind.KIND_VERSION (a test checks it)
+# Not a build: the barman-cloud CNPG-I plugin's ObjectStore CRD (not in ../shared/crds), copied out of the
+# plugin's module (module sum checked as for seaweedfs, file checked against its git blob SHA) to
+# share/barman-cloud-crd/; the conformance tier validates the rendered ObjectStore against it. v0.15.0 is
+# the newest release, built against CloudNativePG v1.30.0 (its go.mod), the operator Trainyard pins. Keep version
+# and blob equal to trainyard.catalog.BARMAN_CLOUD_PLUGIN_VERSION / BARMAN_CLOUD_CRD (a test checks it).
+BARMAN_CLOUD_MODULE=github.com/cloudnative-pg/plugin-barman-cloud
+BARMAN_CLOUD_VERSION=v0.15.0
+BARMAN_CLOUD_MODSUM="h1:gNVytrzzYUE08wxLDrjfJqy1FPPSFkMe1OEr4s4pVI0="
+BARMAN_CLOUD_CRD=config/crd/bases/barmancloud.cnpg.io_objectstores.yaml
+BARMAN_CLOUD_CRD_BLOB=bb7db1e6e36cf04b137560d85d2ccdb57851aa9d
 
 # tool_module TOOL -> module@version for tools built inside an upstream module (else nothing)
 tool_module() {
@@ -75,6 +85,7 @@ tool_module() {
     kwok) echo "sigs.k8s.io/kwok@$KWOK_VERSION" ;;
     seaweedfs) echo "$SEAWEEDFS_MODULE@$SEAWEEDFS_VERSION" ;;
     kind) echo "sigs.k8s.io/kind@$KIND_VERSION" ;;
+    barman-cloud-crd) echo "$BARMAN_CLOUD_MODULE@$BARMAN_CLOUD_VERSION" ;;
   esac
 }
 
@@ -85,6 +96,7 @@ tool_share() {
     jobset) echo "config/components/crd config/components/webhook" ;;
     trainer) echo "manifests/base/crds manifests/base/webhook" ;;
     kwok) echo "kustomize/stage" ;;
+    barman-cloud-crd) echo "$(dirname "$BARMAN_CLOUD_CRD")" ;;
   esac
 }
 
@@ -118,6 +130,7 @@ tool_bins() {
       echo "kind ."
       echo "kind-config-check ./pkg/cmd/trainyard-kind-config-check"
       ;;
+    barman-cloud-crd) ;;   # no binary: only the CRD, copied to share/ (post_build)
     *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]})" >&2; return 2 ;;
   esac
 }
@@ -182,6 +195,9 @@ tool_buildflags() {
 # ------------------------------------------------------------------ helpers
 log() { printf '%s\n' "$*" >&2; }
 
+# git_blob_sha FILE -> the id git gives the file's content (`git hash-object`), without git; empty if absent.
+git_blob_sha() { [[ -f "$1" ]] && { printf 'blob %d\0' "$(wc -c < "$1")"; cat "$1"; } | sha1sum | cut -d' ' -f1; }
+
 # Module directory holding go.mod for a tool: the wrapper, or the upstream module in Go's
 # module cache (downloaded and checked against the checksum database by `go mod download`).
 tool_mod_dir() {
@@ -201,6 +217,7 @@ tool_stamp() {
     echo "flags=$(tool_buildflags "$t")"
     tool_bins "$t"
     [[ "$t" != seaweedfs ]] || echo "sum=$SEAWEEDFS_MODSUM"
+    [[ "$t" != barman-cloud-crd ]] || echo "sum=$BARMAN_CLOUD_MODSUM crd=$BARMAN_CLOUD_CRD blob=$BARMAN_CLOUD_CRD_BLOB"
     if [[ -n "$m" ]]; then echo "module=$m share=$(tool_share "$t")"; fi
     if [[ "$t" == kind ]]; then sha256sum "$TOOLS_SRC/kind-config-check/main.go" | cut -d' ' -f1; fi
     if [[ -z "$m" ]]; then
@@ -218,6 +235,7 @@ tool_current() {
   while read -r b _; do [[ -x "$BIN_DIR/$b" ]] || return 1; done < <(tool_bins "$t")
   for b in $(tool_extra_files "$t"); do [[ -x "$BIN_DIR/$b" ]] || return 1; done
   [[ -z "$(tool_module "$t")" || -f "$SHARE_DIR/$t/VERSION" ]] || return 1
+  [[ "$t" != barman-cloud-crd || "$(git_blob_sha "$SHARE_DIR/$t/$BARMAN_CLOUD_CRD")" == "$BARMAN_CLOUD_CRD_BLOB" ]] || return 1
   return 0
 }
 
@@ -230,6 +248,7 @@ prepare() {
     pulumi-kubernetes) prepare_pulumi_kubernetes "$dir" ;;
     seaweedfs) prepare_module_zip "$SEAWEEDFS_MODULE" "$SEAWEEDFS_VERSION" "$SEAWEEDFS_MODSUM" ;;
     kind) prepare_kind "$dir" ;;
+    barman-cloud-crd) prepare_module_zip "$BARMAN_CLOUD_MODULE" "$BARMAN_CLOUD_VERSION" "$BARMAN_CLOUD_MODSUM" ;;
     *) echo "$dir" ;;
   esac
 }
@@ -300,6 +319,18 @@ post_build() {
       # The plugin Pulumi starts for Python dynamic providers (Trainyard's generated secrets,
       # components/generated.py). Lost once in a merge: a warm tools cache still had it, a cold build did not.
       install -m 0755 "$sdk/python/dist/pulumi-resource-pulumi-python" "$BIN_DIR/pulumi-resource-pulumi-python"
+      ;;
+    barman-cloud-crd)
+      # The file trainyard.schemas reads ($TRAINYARD_BARMAN_CLOUD_CRD overrides), checked against the pin,
+      # and where it came from: module version, its go.sum hash and the file's git blob SHA.
+      local crd="$SHARE_DIR/$t/$BARMAN_CLOUD_CRD" blob
+      blob="$(git_blob_sha "$crd" || true)"
+      if [[ "$blob" != "$BARMAN_CLOUD_CRD_BLOB" ]]; then
+        rm -rf "${SHARE_DIR:?}/$t"
+        log "build.sh: $m $BARMAN_CLOUD_CRD has blob $blob, pinned $BARMAN_CLOUD_CRD_BLOB"; return 1
+      fi
+      printf 'module=%s\nversion=%s\nsum=%s\nfile=%s\nblob=%s\n' "$BARMAN_CLOUD_MODULE" "$BARMAN_CLOUD_VERSION" \
+        "$BARMAN_CLOUD_MODSUM" "$BARMAN_CLOUD_CRD" "$blob" > "$SHARE_DIR/$t/SOURCE"
       ;;
   esac
 }

@@ -517,10 +517,18 @@ JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 KSERVE_API = "serving.kserve.io/v1beta1"
 KSERVE_RUNTIME_API = "serving.kserve.io/v1alpha1"
 CNPG_API = "postgresql.cnpg.io/v1"
-# The barman-cloud CNPG-I plugin's API (its ObjectStore CRD is not in ../shared/crds).
+# The barman-cloud CNPG-I plugin's API. Its ObjectStore CRD is not in ../shared/crds: `tools/build.sh
+# barman-cloud-crd` copies it out of the plugin's Go module into the tools cache, and the conformance tier
+# validates the rendered ObjectStore against it, after checking this blob SHA (trainyard.schemas.pinned_crd).
+# v0.15.0 (2026-09-03): the newest plugin release, built against CloudNativePG v1.30.0 (its go.mod), the operator
+# DEFAULT_VERSIONS pins. Keep module, version and blob equal to tools/build.sh's BARMAN_CLOUD_* (a test checks it).
 # Ref: cloudnative-pg/plugin-barman-cloud config/crd/bases/barmancloud.cnpg.io_objectstores.yaml
 BARMAN_CLOUD_API = "barmancloud.cnpg.io/v1"
 BARMAN_CLOUD_PLUGIN = "barman-cloud.cloudnative-pg.io"
+BARMAN_CLOUD_PLUGIN_MODULE = "github.com/cloudnative-pg/plugin-barman-cloud"
+BARMAN_CLOUD_PLUGIN_VERSION = "v0.15.0"
+BARMAN_CLOUD_CRD = CrdFile("barmancloud.cnpg.io_objectstores.yaml", "config/crd/bases/barmancloud.cnpg.io_objectstores.yaml",
+                           "bb7db1e6e36cf04b137560d85d2ccdb57851aa9d")
 NVIDIA_API = "nvidia.com/v1alpha1"
 MONITORING_API = "monitoring.coreos.com/v1"
 

@@ -6,12 +6,18 @@ the ``openAPIV3Schema`` of the exact upstream CRD version, made strict the way t
 server prunes: an object schema with properties and no ``x-kubernetes-preserve-unknown-fields``
 admits no other fields. CEL rules (``x-kubernetes-validations``) are not evaluated here;
 the cluster tier checks them on a real API server.
+
+A CRD that ../shared/crds does not hold but Trainyard renders objects of (the barman-cloud plugin's
+``ObjectStore``) comes from the tools cache (``tools/build.sh barman-cloud-crd``), found through
+``$TRAINYARD_BARMAN_CLOUD_CRD`` and verified against its pinned blob SHA like every mirrored CRD
+(``pinned_crd``; the pin is ``catalog.BARMAN_CLOUD_CRD``).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -22,6 +28,7 @@ from typing import Any
 import jsonschema
 
 from trainyard import catalog, yamlio
+from trainyard.manifests.crds import CrdUnavailable, git_blob_sha
 from trainyard.manifests.meta import Manifest, object_id
 
 
@@ -37,6 +44,39 @@ class SchemaError:
 
 class SchemaNotFound(Exception):
     pass
+
+
+BARMAN_CLOUD_CRD_ENV = "TRAINYARD_BARMAN_CLOUD_CRD"
+
+
+def barman_cloud_crd_path() -> Path:
+    """Where the barman-cloud plugin's ObjectStore CRD is read from: ``$TRAINYARD_BARMAN_CLOUD_CRD``, else where
+    ``tools/build.sh barman-cloud-crd`` copies it (``$TRAINYARD_TOOLS_DIR/share/barman-cloud-crd/<upstream path>``,
+    the tools dir defaulting to ~/.cache/trainyard/tools)."""
+    explicit = os.environ.get(BARMAN_CLOUD_CRD_ENV)
+    if explicit:
+        return Path(explicit)
+    tools = Path(os.environ.get("TRAINYARD_TOOLS_DIR") or Path.home() / ".cache" / "trainyard" / "tools")
+    return tools / "share" / "barman-cloud-crd" / catalog.BARMAN_CLOUD_CRD.repo_path
+
+
+def pinned_crd(path: Path, pin: catalog.CrdFile, origin: str) -> Manifest:
+    """The CRD at ``path``, once its content matched ``pin``'s git blob SHA (``origin`` names the upstream
+    release in the error); CrdUnavailable if it does not, or is not a CustomResourceDefinition."""
+    content = path.read_bytes()
+    if git_blob_sha(content) != pin.blob_sha:
+        raise CrdUnavailable(f"{path}: content does not match upstream {origin}:{pin.repo_path} "
+                             f"(blob {git_blob_sha(content)}, pinned {pin.blob_sha})")
+    crd = yamlio.safe_load(content)
+    if not isinstance(crd, dict) or crd.get("kind") != "CustomResourceDefinition":
+        raise CrdUnavailable(f"{path}: not a CustomResourceDefinition")
+    return crd
+
+
+def barman_cloud_crd(path: Path | None = None) -> Manifest:
+    """The barman-cloud plugin's ObjectStore CRD at the pinned release, verified (see ``pinned_crd``)."""
+    origin = f"{catalog.BARMAN_CLOUD_PLUGIN_MODULE}@{catalog.BARMAN_CLOUD_PLUGIN_VERSION}"
+    return pinned_crd(path or barman_cloud_crd_path(), catalog.BARMAN_CLOUD_CRD, origin)
 
 
 def strict_crd_schema(schema: dict[str, Any]) -> dict[str, Any]:
