@@ -19,9 +19,10 @@ PEFT LoRA on a Hugging Face causal LM. What it guarantees, and docs/lab.md shows
   lifecycle (object_store.buckets.checkpoints) expires what is left.
 - **Provenance.** One MLflow run per TrainJob, found again by the tag ``trainyard.trainjob`` =
   ``<namespace>/<name>`` so a resumed attempt continues it: parameters, per-step metrics, the dataset
-  and base model entries, code version, runtime and image, Kueue workload and flavor where the pod
-  knows them. The final adapter is uploaded to the tenant's models bucket, logged to the run, and
-  registered as a model version whose source is that ``s3://`` location, with the same tags.
+  entry (name, URI, version, digest, licence, classification) and the base model entry, code version,
+  runtime and image, the process count, Kueue's workload and queue where the pod carries them. The
+  final adapter is uploaded to the tenant's models bucket, logged to the run, and registered as a model
+  version whose source is that ``s3://`` location, with the same tags.
 
 Determinism: the data order is a function of (seed, epoch), the position is saved, and the RNG states
 are restored, so a run interrupted and resumed takes the same steps as one that was not.
@@ -78,6 +79,8 @@ class Settings:
     base_model_uri: str
     base_model_revision: str
     base_model_name: str
+    dataset_licence: str = ""
+    dataset_classification: str = ""
     seed: int = 1234
     max_steps: int = 100
     micro_batch_size: int = 4
@@ -129,6 +132,9 @@ def _parse_args(argv: list[str]) -> tuple[Settings, Places]:
     a("--dataset-version", default=env("TRAINYARD_DATASET_VERSION"), help="its pinned S3 version id")
     a("--dataset-digest", default=env("TRAINYARD_DATASET_DIGEST"), help="its sha256:<hex> content digest")
     a("--dataset-name", default=env("TRAINYARD_DATASET_NAME"), help="the approved entry's name")
+    a("--dataset-licence", default=env("TRAINYARD_DATASET_LICENCE"), help="the approved entry's licence")
+    a("--dataset-classification", default=env("TRAINYARD_DATASET_CLASSIFICATION"),
+      help="the approved entry's data classification")
     a("--dataset-dir", default=env("TRAINYARD_DATASET_DIR", "/workspace/dataset"), help="the dataset initializer's output")
     a("--base-model-uri", default=env("TRAINYARD_BASE_MODEL_URI"), help="where the model initializer fetched from")
     a("--base-model-revision", default=env("TRAINYARD_BASE_MODEL_REVISION"), help="its pinned revision")
@@ -173,9 +179,11 @@ def _parse_args(argv: list[str]) -> tuple[Settings, Places]:
             raise LabError(f"--{name.replace('_', '-')} must be at least 1")
     settings = Settings(
         dataset_uri=ns.dataset_uri, dataset_version=ns.dataset_version, dataset_digest=ns.dataset_digest,
-        dataset_name=ns.dataset_name, base_model_uri=ns.base_model_uri, base_model_revision=ns.base_model_revision,
-        base_model_name=ns.base_model_name, seed=ns.seed, max_steps=ns.max_steps, micro_batch_size=ns.micro_batch_size,
-        grad_accumulation=ns.grad_accumulation, seq_len=ns.seq_len, learning_rate=ns.learning_rate,
+        dataset_name=ns.dataset_name, dataset_licence=ns.dataset_licence,
+        dataset_classification=ns.dataset_classification, base_model_uri=ns.base_model_uri,
+        base_model_revision=ns.base_model_revision, base_model_name=ns.base_model_name, seed=ns.seed,
+        max_steps=ns.max_steps, micro_batch_size=ns.micro_batch_size, grad_accumulation=ns.grad_accumulation,
+        seq_len=ns.seq_len, learning_rate=ns.learning_rate,
         weight_decay=ns.weight_decay, warmup_steps=ns.warmup_steps, max_grad_norm=ns.max_grad_norm,
         precision=ns.precision, lora_rank=ns.lora_rank, lora_alpha=ns.lora_alpha, lora_dropout=ns.lora_dropout,
         lora_target_modules=ns.lora_target_modules)
@@ -366,10 +374,15 @@ class Trainer:
     def peft_model(self) -> Any:
         return self.model.module if hasattr(self.model, "module") else self.model
 
-    def save_checkpoint(self, reason: str) -> None:
+    def adapter_safetensors(self) -> bytes:
+        """The adapter weights as a checkpoint stores them (adapter_model.safetensors)."""
         from peft import get_peft_model_state_dict
         from safetensors.torch import save as save_safetensors
 
+        weights = {k: v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(self.peft_model()).items()}
+        return bytes(save_safetensors(weights))
+
+    def save_checkpoint(self, reason: str) -> None:
         prefix = step_dir(self.step)
         files: dict[str, str] = {}
 
@@ -387,8 +400,7 @@ class Trainer:
             dist.barrier()
         if self.rank == 0:
             files.update(dict(gathered) if self.world > 1 else {rng_name: sha256_hex(rng)})
-            weights = {k: v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(self.peft_model()).items()}
-            put("adapter_model.safetensors", save_safetensors(weights))
+            put("adapter_model.safetensors", self.adapter_safetensors())
             put("trainer_state.pt", to_bytes({
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict() if self.scaler is not None else None,
@@ -459,13 +471,17 @@ def say(rank: int, message: str) -> None:
 
 # ---- provenance ----
 
-def provenance_tags(settings: Settings, places: Places, dataset_source: str, model_digest: str) -> dict[str, str]:
+def provenance_tags(settings: Settings, places: Places, dataset_source: str, model_digest: str,
+                    world: int) -> dict[str, str]:
     program = Path(__file__).read_bytes()
     return {
         TRAINJOB_TAG: f"{places.namespace}/{places.trainjob}",
         "trainyard.trainjob.name": places.trainjob, "trainyard.trainjob.namespace": places.namespace,
-        "trainyard.dataset.name": settings.dataset_name, "trainyard.dataset.uri": settings.dataset_uri,
+        # The approved entry, from the TrainJob's environment (the stack's lineage entry; Lineage.pins gives it).
+        "trainyard.dataset.name": settings.dataset_name or "unrecorded", "trainyard.dataset.uri": settings.dataset_uri,
         "trainyard.dataset.version": settings.dataset_version, "trainyard.dataset.digest": settings.dataset_digest,
+        "trainyard.dataset.licence": settings.dataset_licence or "unrecorded",
+        "trainyard.dataset.classification": settings.dataset_classification or "unrecorded",
         "trainyard.dataset.read_from": dataset_source,
         "trainyard.base_model.name": settings.base_model_name, "trainyard.base_model.uri": settings.base_model_uri,
         "trainyard.base_model.revision": settings.base_model_revision, "trainyard.base_model.digest": model_digest,
@@ -473,9 +489,11 @@ def provenance_tags(settings: Settings, places: Places, dataset_source: str, mod
         "trainyard.code.program_sha256": sha256_hex(program),
         "trainyard.runtime.name": env("TRAINYARD_RUNTIME_NAME", "unrecorded"),
         "trainyard.runtime.image": env("TRAINYARD_RUNTIME_IMAGE", "unrecorded"),
-        # Empty where the pod has no such annotation or label (the downward API then gives "").
+        # The processes that trained (torchrun's WORLD_SIZE): the effective batch is micro batch x accumulation x this.
+        "trainyard.world_size": str(world),
+        # Empty where the pod has no such annotation or label (the downward API then gives ""). No flavor: Kueue
+        # puts the ResourceFlavor's name on no pod field; the Workload named here records it (docs/lab.md).
         "trainyard.kueue.workload": env("TRAINYARD_KUEUE_WORKLOAD") or "unrecorded",
-        "trainyard.kueue.flavor": env("TRAINYARD_KUEUE_FLAVOR") or "unrecorded",
         "trainyard.kueue.queue": env("TRAINYARD_KUEUE_QUEUE") or "unrecorded",
     }
 
@@ -630,7 +648,7 @@ def setup(settings: Settings, places: Places, rank: int, world: int, local_rank:
         else f"no complete checkpoint at {trainer.store.uri}; starting at step 0")
     say(rank, f"dataset {settings.dataset_uri} version {settings.dataset_version} {settings.dataset_digest} "
               f"({dataset_source}); base model {settings.base_model_uri} {model_digest}")
-    return trainer, tokenizer, ids, mask, provenance_tags(settings, places, dataset_source, model_digest)
+    return trainer, tokenizer, ids, mask, provenance_tags(settings, places, dataset_source, model_digest, world)
 
 
 def run(argv: list[str]) -> int:
@@ -684,12 +702,29 @@ def run(argv: list[str]) -> int:
     if trainer.resumed != settings.max_steps:
         trainer.save_checkpoint("final")
     flush_metrics(mlflow, pending)
+    if world > 1:
+        check_ranks_agree(trainer)
     if rank == 0:
         finish(trainer, tokenizer, mlflow, tags)
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
     return 0
+
+
+def check_ranks_agree(trainer: Trainer) -> None:
+    """Every rank ends at the same step with the same adapter, or the run is not what rank 0 saves.
+
+    DDP all-reduces the gradients of every optimizer step, so the ranks' adapters stay bitwise equal while
+    each trains on its own slice of the samples; a rank that skipped steps or missed an all-reduce differs.
+    """
+    mine = (trainer.rank, trainer.step, sha256_hex(trainer.adapter_safetensors()))
+    gathered: list[Any] = [None] * trainer.world
+    dist.all_gather_object(gathered, mine)
+    if len({(step, digest) for _, step, digest in gathered}) != 1:
+        raise LabError("the ranks disagree at the end (rank, step, adapter sha256): "
+                       + ", ".join(f"({r}, {s}, {d[:12]})" for r, s, d in gathered))
+    say(trainer.rank, f"all {trainer.world} ranks at step {trainer.step} with the same adapter (sha256:{mine[2]})")
 
 
 def finish(trainer: Trainer, tokenizer: Any, mlflow: Any, tags: dict[str, str]) -> None:

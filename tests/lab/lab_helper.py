@@ -110,6 +110,13 @@ def put_object(uri: str, data: str) -> dict[str, Any]:
     return {"uri": uri}
 
 
+def get_json(uri: str) -> dict[str, Any]:
+    """One JSON object (a checkpoint's CHECKPOINT.json)."""
+    bucket, key = split(uri)
+    loaded: dict[str, Any] = json.loads(s3().get_object(Bucket=bucket, Key=key)["Body"].read())
+    return loaded
+
+
 def compare(first: str, second: str) -> dict[str, Any]:
     """The adapters' tensors: bitwise equal or not, and the largest absolute difference."""
     import torch
@@ -168,7 +175,7 @@ def mlflow_run(experiment: str, trainjob: str) -> dict[str, Any]:
 
 
 COMMANDS = {"make-base": make_base, "put-versions": put_versions, "upload": upload,
-            "download": download, "list": list_keys, "put-object": put_object, "compare": compare,
+            "download": download, "list": list_keys, "put-object": put_object, "get-json": get_json, "compare": compare,
             "generate": generate, "mlflow-run": mlflow_run}
 
 if __name__ == "__main__":

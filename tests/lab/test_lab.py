@@ -8,12 +8,14 @@ Trainyard's settings on a real PostgreSQL, and a tenant's ``trainyard-mlflow`` c
 What is made here, not fetched: the base model is a tiny randomly initialised Llama (2 layers, hidden 32)
 with a word-level tokenizer, saved in Hugging Face format and put in the tenant's models bucket; the
 dataset is two versions of one JSON Lines object in the tenant's (versioned) datasets bucket. The
-approved entry pins the OLDER version id and its digest, as the stack's lineage section would.
+approved entry pins the OLDER version id and its digest, as the stack's lineage section would: the
+TrainJob's ``spec.trainer.env`` is what ``Lineage.pins`` gives for that entry (name, URI, version,
+digest, licence, classification, and the base model's), and the MLflow run must carry it.
 
 What stands in for the cluster: each "attempt" is a fresh pod: the dataset and model initializers'
 download (every current object under the storageUri, as Trainer's S3 initializers do, so the dataset
-directory holds the NEWER version) into a fresh directory, then the program. The Kueue workload, flavor
-and queue reach the program as the environment the runtime wiring sets; here they are stand-in values.
+directory holds the NEWER version) into a fresh directory, then the program. The Kueue workload and
+queue reach the program as the environment the runtime wiring sets; here they are stand-in values.
 The S3 server holds exactly the rendered identities and the buckets the provisioning program makes from
 the rendered plan (the dataplane fixtures); every S3 call here is the tenant's: its rendered
 ``trainyard-object-store`` Secret, filled with the test's keys.
@@ -24,6 +26,10 @@ and the CRD schema; KServe's storage initializer code (``kserve_storage``, the d
 its ``storageUris`` with the tenant's rendered serving Secret (the read-only serving identity the
 ``kserve-predictor`` ServiceAccount names, never an admin key), is refused the checkpoints bucket, and the
 downloaded adapter on the downloaded base model generates tokens.
+
+Two ranks: the same program under ``torchrun`` with the environment Trainer's torch plugin gives a node
+(``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR/PORT``), DDP over gloo on
+CPU; SIGTERM goes to torchrun, as the kubelet sends it to the container's first process.
 
 Equality, and why it holds: the interrupted-and-resumed run and the uninterrupted one take the same
 optimizer steps on the same samples (the order is a function of seed and epoch, the position is saved),
@@ -61,8 +67,10 @@ from tests.dataplane.test_mlflow_server import (  # noqa: F401 - module-scoped f
     tenants,
     workdir,
 )
+from tests.seaweedfs import free_port
 from tests.serving import promotion
 from tests.serving.conftest import serving_python
+from trainyard.config.lineage import Lineage
 from trainyard.manifests import generated, object_store
 from trainyard.manifests.meta import OBJECT_STORE_SECRET
 from trainyard.manifests.serving import SERVICE_ACCOUNT
@@ -75,10 +83,15 @@ PROGRAM = ROOT / "runtimes" / "programs" / "lora_peft.py"
 REQUIREMENTS = (ROOT / "runtimes" / "programs" / "requirements.txt").read_text()
 TORCH = re.search(r"^torch==(\S+)$", REQUIREMENTS, re.MULTILINE).group(1)  # type: ignore[union-attr]
 LAB_PYTHON = TOOLS / f"lab-torch-{TORCH}" / "bin" / "python"
+TORCHRUN = LAB_PYTHON.parent / "torchrun"
 STACK = "staging"
 WORDS = ["the", "a", "cat", "dog", "bird", "sat", "ran", "flew", "on", "under", "over", "mat", "log", "tree", "red", "big",
          "small", "quickly", "slowly", "home"]
 MAX_STEPS, CHECKPOINT_EVERY, INTERRUPT_AT = 8, 3, 4
+RANKS, DDP_STEPS, DDP_INTERRUPT_AT = 2, 6, 2
+# The stack's lineage entry for the lab's dataset, as a platform team would approve it.
+DATASET_ENTRY = {"name": "lab-chat", "licence": "CC-BY-4.0", "source": "tests/lab: generated sentences",
+                 "classification": "internal"}
 LOG: list[str] = []
 
 
@@ -137,15 +150,26 @@ class Lab:
         result: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
         return result
 
-    def attempt(self, name: str, job: str, args: list[str], *, mlflow: bool, interrupt_at: int | None = None,
-                extra_env: dict[str, str] | None = None) -> tuple[int, list[str]]:
-        """One pod of TrainJob ``job``: the two initializers into a fresh /workspace, then the program."""
+    def attempt(self, name: str, job: str, args: list[str], *, mlflow: bool, trainer_env: dict[str, str],
+                interrupt_at: int | None = None, extra_env: dict[str, str] | None = None,
+                processes: int = 1) -> tuple[int, list[str]]:
+        """One pod of TrainJob ``job``: the two initializers into a fresh /workspace, then the program.
+
+        ``trainer_env`` is the TrainJob's spec.trainer.env (the approved entries); the initializers fetch its
+        URIs. ``processes`` > 1: the runtime's ``torchrun`` with the PET_* environment of Trainer's torch plugin.
+        """
         workspace = self.root / name
-        dataset_uri, model_uri = args[args.index("--dataset-uri") + 1], args[args.index("--base-model-uri") + 1]
+        dataset_uri, model_uri = trainer_env["TRAINYARD_DATASET_URI"], trainer_env["TRAINYARD_BASE_MODEL_URI"]
         self.helper("download", dataset_uri.rsplit("/", 1)[0] + "/", str(workspace / "dataset"), model_uri,
                     str(workspace / "model"))
-        env = {**self.env, **(self.mlflow_env if mlflow else {}), "TRAIN_JOB_NAME": job, **(extra_env or {})}
-        command = [str(_lab_python()), str(PROGRAM), *args, "--dataset-dir", str(workspace / "dataset"),
+        env = {**self.env, **(self.mlflow_env if mlflow else {}), "TRAIN_JOB_NAME": job, **trainer_env,
+               **(extra_env or {})}
+        launcher = [str(_lab_python())]
+        if processes > 1:
+            launcher = [str(TORCHRUN)]
+            env |= {"PET_NNODES": "1", "PET_NPROC_PER_NODE": str(processes), "PET_NODE_RANK": "0",
+                    "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(free_port())}
+        command = [*launcher, str(PROGRAM), *args, "--dataset-dir", str(workspace / "dataset"),
                    "--model-dir", str(workspace / "model"), "--output-dir", str(workspace / "output"),
                    "--checkpoint-uri", f"s3://{self.buckets['checkpoints']}/{job}/"]
         started = time.monotonic()
@@ -158,8 +182,9 @@ class Lab:
                 proc.send_signal(signal.SIGTERM)  # what the kubelet sends on Kueue preemption or a drain
                 LOG.append(f"  [{name}] SIGTERM sent after: {line.strip()}")
         code = proc.wait(timeout=600)
-        LOG.append(f"$ [{name}] TRAIN_JOB_NAME={job} lora_peft.py ... -> exit {code} ({time.monotonic() - started:.0f}s)")
-        LOG.extend(f"    {line}" for line in lines if line.startswith("[lora-peft]"))
+        launched = f"torchrun ({processes} processes) lora_peft.py" if processes > 1 else "lora_peft.py"
+        LOG.append(f"$ [{name}] TRAIN_JOB_NAME={job} {launched} ... -> exit {code} ({time.monotonic() - started:.0f}s)")
+        LOG.extend(f"    {line}" for line in lines if line.startswith(("[lora-peft]", "lora-peft: error")))
         return code, lines
 
 
@@ -170,6 +195,51 @@ def lab(workdir: Path, s3: dict[str, str], tenants: dict[str, dict[str, str]],  
     root = workdir / "lab"
     root.mkdir()
     return Lab(root, _tenant_store_env(tenant, object_store_keys, s3["endpoint"]), tenants[tenant], tenant)
+
+
+@pytest.fixture(scope="module")
+def inputs(lab: Lab) -> dict[str, Any]:
+    """The base model and the two dataset versions in the tenant's buckets, and the TrainJob env approving them."""
+    tenant = lab.tenant
+    # The base model, made here and put where the model initializer fetches it from.
+    base = lab.helper("make-base", str(lab.root / "base"), " ".join(WORDS))
+    model_uri = f"s3://{lab.buckets['models']}/base/tiny-llama/"
+    lab.helper("upload", str(lab.root / "base"), model_uri)
+    LOG.append(f"$ base model: tiny Llama, {base['parameters']} parameters, vocab {base['vocab']}, "
+               f"{base['digest']} -> {model_uri}")
+
+    # Two versions of the dataset; the approved entry pins the first.
+    (lab.root / "v1.jsonl").write_text(_dataset(1, 48))
+    (lab.root / "v2.jsonl").write_text(_dataset(2, 48))
+    key = "lab/chat.jsonl"
+    pinned, newer = lab.helper("put-versions", lab.buckets["datasets"], key, str(lab.root / "v1.jsonl"),
+                               str(lab.root / "v2.jsonl"))["versions"]
+    assert pinned["sha256"] == "sha256:" + hashlib.sha256((lab.root / "v1.jsonl").read_bytes()).hexdigest()
+    assert pinned["version_id"] != newer["version_id"]
+    dataset_uri = f"s3://{lab.buckets['datasets']}/{key}"
+    LOG.append(f"$ dataset {dataset_uri}: version {pinned['version_id']} ({pinned['sha256']}) pinned, "
+               f"version {newer['version_id']} ({newer['sha256']}) current")
+
+    # The stack's lineage entries for both, and the TrainJob env they give (what Trainyard's rehearsal submits).
+    lineage = Lineage.model_validate({"tenants": {tenant: {
+        "datasets": [{**DATASET_ENTRY, "uri": dataset_uri, "version": pinned["version_id"], "digest": pinned["sha256"]}],
+        "base_models": [{"name": "tiny-llama", "uri": model_uri, "revision": base["digest"], "licence": "Apache-2.0",
+                         "source": "tests/lab: random initialisation", "classification": "public"}]}}})
+    trainer_env = lineage.pins(tenant, dataset_uri, model_uri)
+    LOG.append(f"$ spec.trainer.env (Lineage.pins of the approved entries): {json.dumps(trainer_env)}")
+    return {"base": base, "model_uri": model_uri, "dataset_uri": dataset_uri, "pinned": pinned,
+            "trainer_env": trainer_env}
+
+
+def _provenance_env(namespace: str, workload: str) -> dict[str, str]:
+    """What the runtime wiring gives every pod besides the TrainJob's env; Kueue's part as stand-ins."""
+    return {
+        "TRAINYARD_NAMESPACE": namespace, "TRAINYARD_RUNTIME_NAME": "lora-peft",
+        "TRAINYARD_RUNTIME_IMAGE": _runtime_image(),
+        "TRAINYARD_CODE_VERSION": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                                 text=True, check=False).stdout.strip() or "unknown",
+        # Stand-ins for what the runtime wiring reads from the pod (Kueue's annotation and the queue label).
+        "TRAINYARD_KUEUE_WORKLOAD": workload, "TRAINYARD_KUEUE_QUEUE": "default"}
 
 
 def _files(directory: Path) -> list[str]:
@@ -251,56 +321,29 @@ def handover(lab: Lab, version: dict[str, Any], *, base_model_uri: str, adapter_
 
 
 def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_promote_and_serve(
-        lab: Lab, s3: dict[str, str], object_store_keys: dict[str, str],  # noqa: F811
+        lab: Lab, inputs: dict[str, Any], s3: dict[str, str], object_store_keys: dict[str, str],  # noqa: F811
         capsys: pytest.CaptureFixture[str]) -> None:
     tenant = lab.tenant
     namespace = next(t for t in stack(STACK).config.tenants if t.name == tenant).namespace_name
     try:
-        # The base model, made here and put where the model initializer fetches it from.
-        base = lab.helper("make-base", str(lab.root / "base"), " ".join(WORDS))
-        models, checkpoints, datasets = lab.buckets["models"], lab.buckets["checkpoints"], lab.buckets["datasets"]
-        model_uri = f"s3://{models}/base/tiny-llama/"
-        lab.helper("upload", str(lab.root / "base"), model_uri)
-        LOG.append(f"$ base model: tiny Llama, {base['parameters']} parameters, vocab {base['vocab']}, "
-                   f"{base['digest']} -> {model_uri}")
-
-        # Two versions of the dataset; the approved entry pins the first.
-        (lab.root / "v1.jsonl").write_text(_dataset(1, 48))
-        (lab.root / "v2.jsonl").write_text(_dataset(2, 48))
-        key = "lab/chat.jsonl"
-        versions = lab.helper("put-versions", datasets, key, str(lab.root / "v1.jsonl"),
-                              str(lab.root / "v2.jsonl"))["versions"]
-        pinned, newer = versions
-        assert pinned["sha256"] == "sha256:" + hashlib.sha256((lab.root / "v1.jsonl").read_bytes()).hexdigest()
-        assert pinned["version_id"] != newer["version_id"]
-        dataset_uri = f"s3://{datasets}/{key}"
-        LOG.append(f"$ dataset {dataset_uri}: version {pinned['version_id']} ({pinned['sha256']}) pinned, "
-                   f"version {newer['version_id']} ({newer['sha256']}) current")
-
-        args = ["--dataset-uri", dataset_uri, "--dataset-version", pinned["version_id"], "--dataset-digest",
-                pinned["sha256"], "--dataset-name", "lab-chat", "--base-model-uri", model_uri,
-                "--base-model-revision", base["digest"], "--base-model-name", "tiny-llama",
-                "--max-steps", str(MAX_STEPS), "--checkpoint-every", str(CHECKPOINT_EVERY), "--keep-checkpoints", "2",
+        models, checkpoints = lab.buckets["models"], lab.buckets["checkpoints"]
+        base, model_uri, dataset_uri, pinned = inputs["base"], inputs["model_uri"], inputs["dataset_uri"], inputs["pinned"]
+        trainer_env = inputs["trainer_env"]
+        args = ["--max-steps", str(MAX_STEPS), "--checkpoint-every", str(CHECKPOINT_EVERY), "--keep-checkpoints", "2",
                 "--micro-batch-size", "2", "--grad-accumulation", "2", "--seq-len", "16", "--precision", "fp32",
                 "--learning-rate", "0.02", "--warmup-steps", "2", "--lora-rank", "4", "--lora-alpha", "8",
                 "--lora-dropout", "0.1", "--experiment", f"{tenant}/lab", "--registered-model", f"{tenant}-lab-adapter",
                 "--models-uri", f"s3://{models}/"]
-        provenance_env = {
-            "TRAINYARD_NAMESPACE": namespace, "TRAINYARD_RUNTIME_NAME": "lora-peft",
-            "TRAINYARD_RUNTIME_IMAGE": _runtime_image(),
-            "TRAINYARD_CODE_VERSION": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                                     text=True, check=False).stdout.strip() or "unknown",
-            # Stand-ins for what the runtime wiring reads from the pod (Kueue's annotations and labels).
-            "TRAINYARD_KUEUE_WORKLOAD": "trainjob-lab-sft-3f2a1", "TRAINYARD_KUEUE_FLAVOR": "fake-a100",
-            "TRAINYARD_KUEUE_QUEUE": "default"}
+        provenance_env = _provenance_env(namespace, "trainjob-lab-sft-3f2a1")
 
         # The uninterrupted reference run.
-        code, _ = lab.attempt("reference", "lab-reference", args, mlflow=False, extra_env=provenance_env)
+        code, _ = lab.attempt("reference", "lab-reference", args, mlflow=False, trainer_env=trainer_env,
+                              extra_env=provenance_env)
         assert code == 0
 
         # The same TrainJob interrupted with SIGTERM after step INTERRUPT_AT (the pause holds it there).
-        code, first = lab.attempt("attempt-1", "lab-sft", args, mlflow=True, interrupt_at=INTERRUPT_AT,
-                                  extra_env={**provenance_env, "TRAINYARD_PAUSE_AFTER_STEP": "2"})
+        code, first = lab.attempt("attempt-1", "lab-sft", args, mlflow=True, trainer_env=trainer_env,
+                                  interrupt_at=INTERRUPT_AT, extra_env={**provenance_env, "TRAINYARD_PAUSE_AFTER_STEP": "2"})
         assert code == 143
         assert f"[lora-peft] checkpoint step {INTERRUPT_AT} (SIGTERM) complete at s3://{checkpoints}/lab-sft/" \
                f"step-{INTERRUPT_AT:08d}/" in first
@@ -311,7 +354,8 @@ def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_promote_and_ser
         # A checkpoint a crash left half-written, newer than the SIGTERM one: never resumed from.
         lab.helper("put-object", f"s3://{checkpoints}/lab-sft/step-{INTERRUPT_AT + 1:08d}/adapter_model.safetensors",
                    "half-written")
-        code, second = lab.attempt("attempt-2", "lab-sft", args, mlflow=True, extra_env=provenance_env)
+        code, second = lab.attempt("attempt-2", "lab-sft", args, mlflow=True, trainer_env=trainer_env,
+                                   extra_env=provenance_env)
         assert code == 0
         assert f"[lora-peft] resumed from checkpoint step {INTERRUPT_AT} at s3://{checkpoints}/lab-sft/" in second
         assert f"[lora-peft] step {INTERRUPT_AT + 1}/{MAX_STEPS}" in "\n".join(second)
@@ -343,7 +387,11 @@ def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_promote_and_ser
         LOG.append(f"  params: {json.dumps(run['params'], sort_keys=True)}")
         LOG.append(f"  adapter artifacts: {run['artifacts']}")
         assert run["runs"] == 1 and run["status"] == "FINISHED" and tags["trainyard.attempts"] == "2"
+        # The approved dataset entry, as the TrainJob's env carried it: name, version, licence, classification.
+        assert tags["trainyard.dataset.name"] == DATASET_ENTRY["name"]
         assert tags["trainyard.dataset.uri"] == dataset_uri and tags["trainyard.dataset.version"] == pinned["version_id"]
+        assert tags["trainyard.dataset.licence"] == DATASET_ENTRY["licence"]
+        assert tags["trainyard.dataset.classification"] == DATASET_ENTRY["classification"]
         assert tags["trainyard.dataset.digest"] == pinned["sha256"] and tags["trainyard.dataset.read_from"] == "s3-version"
         assert tags["trainyard.base_model.uri"] == model_uri and tags["trainyard.base_model.revision"] == base["digest"]
         assert tags["trainyard.base_model.digest"] == base["digest"]
@@ -351,7 +399,9 @@ def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_promote_and_ser
         assert tags["trainyard.runtime.name"] == "lora-peft" and "@sha256:" in tags["trainyard.runtime.image"]
         assert tags["trainyard.code.version"] == provenance_env["TRAINYARD_CODE_VERSION"]
         assert tags["trainyard.code.program_sha256"] == hashlib.sha256(PROGRAM.read_bytes()).hexdigest()
-        assert tags["trainyard.kueue.workload"] == "trainjob-lab-sft-3f2a1" and tags["trainyard.kueue.flavor"] == "fake-a100"
+        assert tags["trainyard.kueue.workload"] == "trainjob-lab-sft-3f2a1" and tags["trainyard.kueue.queue"] == "default"
+        assert "trainyard.kueue.flavor" not in tags  # no pod field carries it (docs/lab.md: find it from the Workload)
+        assert tags["trainyard.world_size"] == "1"
         assert run["params"]["lora_rank"] == "4" and run["params"]["grad_accumulation"] == "2"
         assert "adapter/adapter_model.safetensors" in run["artifacts"]
         # The metric history holds every step once: the resumed attempt starts after the checkpoint.
@@ -369,6 +419,8 @@ def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_promote_and_ser
         assert version["tags"]["trainyard.base_model.uri"] == model_uri
         assert version["tags"]["trainyard.base_model.revision"] == base["digest"]
         assert version["tags"]["trainyard.dataset.version"] == pinned["version_id"]
+        assert {k: version["tags"][f"trainyard.dataset.{k}"] for k in ("name", "licence", "classification")} == {
+            k: DATASET_ENTRY[k] for k in ("name", "licence", "classification")}
 
         # The handover: promote, check, the storage initializer with the serving identity, generate.
         handover(lab, version, base_model_uri=model_uri, adapter_uri=adapter_uri, base_digest=base["digest"],
@@ -376,3 +428,75 @@ def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_promote_and_ser
     finally:
         with capsys.disabled():
             print("\n==== lab run log (" + s3["server"] + ") ====\n" + "\n".join(LOG))
+
+
+def test_lora_lab_two_ranks_train_as_one_under_torchrun_gloo(
+        lab: Lab, inputs: dict[str, Any], s3: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    """The runtime's ``torchrun`` with 2 processes on one CPU node: DDP over gloo, SIGTERM to torchrun, resume."""
+    tenant, checkpoints = lab.tenant, lab.buckets["checkpoints"]
+    namespace = next(t for t in stack(STACK).config.tenants if t.name == tenant).namespace_name
+    start = len(LOG)
+    try:
+        args = ["--max-steps", str(DDP_STEPS), "--checkpoint-every", "3", "--keep-checkpoints", "2",
+                "--micro-batch-size", "2", "--grad-accumulation", "2", "--seq-len", "16", "--precision", "fp32",
+                "--learning-rate", "0.02", "--warmup-steps", "2", "--lora-rank", "4", "--lora-alpha", "8",
+                "--lora-dropout", "0.1", "--experiment", f"{tenant}/lab", "--registered-model", f"{tenant}-lab-ddp",
+                "--models-uri", f"s3://{lab.buckets['models']}/"]
+        trainer_env, provenance_env = inputs["trainer_env"], _provenance_env(namespace, "trainjob-lab-ddp-7c1d2")
+
+        code, reference = lab.attempt("ddp-reference", "lab-ddp-reference", args, mlflow=False, trainer_env=trainer_env,
+                                      extra_env=provenance_env, processes=RANKS)
+        assert code == 0, "\n".join(reference[-30:])
+
+        # SIGTERM to torchrun (the container's first process): it passes it to both ranks, which agree on the
+        # step to stop at, checkpoint together and exit 143; torchrun itself then exits 1 (its SignalException).
+        code, first = lab.attempt("ddp-attempt-1", "lab-ddp", args, mlflow=True, trainer_env=trainer_env,
+                                  interrupt_at=DDP_INTERRUPT_AT, processes=RANKS,
+                                  extra_env={**provenance_env, "TRAINYARD_PAUSE_AFTER_STEP": "2"})
+        assert code == 1, "\n".join(first[-30:])
+        prefix = f"s3://{checkpoints}/lab-ddp/step-{DDP_INTERRUPT_AT:08d}/"
+        assert f"[lora-peft] checkpoint step {DDP_INTERRUPT_AT} (SIGTERM) complete at {prefix}" in first
+        assert f"[lora-peft] stopped at step {DDP_INTERRUPT_AT} on SIGTERM; the next attempt resumes here" in first
+        manifest = lab.helper("get-json", prefix + "CHECKPOINT.json")
+        LOG.append(f"$ {prefix}CHECKPOINT.json: step {manifest['step']}, samples {manifest['samples_consumed']}, "
+                   f"files {sorted(manifest['files'])}")
+        # Both ranks wrote their RNG state; the data position counts both ranks' samples.
+        assert {f"rng-rank{r:05d}.pt" for r in range(RANKS)} <= set(manifest["files"])
+        assert manifest["samples_consumed"] == DDP_INTERRUPT_AT * 2 * 2 * RANKS
+
+        code, second = lab.attempt("ddp-attempt-2", "lab-ddp", args, mlflow=True, trainer_env=trainer_env,
+                                   extra_env=provenance_env, processes=RANKS)
+        assert code == 0, "\n".join(second[-30:])
+        assert f"[lora-peft] resumed from checkpoint step {DDP_INTERRUPT_AT} at s3://{checkpoints}/lab-ddp/" in second
+        # Every rank ends with the adapter rank 0 saved in the final checkpoint (DDP kept them bitwise equal).
+        agreed = next(line for line in second if line.startswith(f"[lora-peft] all {RANKS} ranks at step {DDP_STEPS}"))
+        final = lab.helper("get-json", f"s3://{checkpoints}/lab-ddp/step-{DDP_STEPS:08d}/CHECKPOINT.json")
+        assert agreed.endswith(f"with the same adapter (sha256:{final['files']['adapter_model.safetensors']})"), agreed
+
+        # The interrupted and resumed 2-rank run equals the uninterrupted one, bitwise; it moved the adapter.
+        compared = lab.helper("compare", str(lab.root / "ddp-reference" / "output" / "adapter"),
+                              str(lab.root / "ddp-attempt-2" / "output" / "adapter"))
+        curve_ref = json.loads((lab.root / "ddp-reference" / "output" / "loss_curve.json").read_text())
+        curve = json.loads((lab.root / "ddp-attempt-2" / "output" / "loss_curve.json").read_text())
+        LOG.append(f"$ compare 2-rank adapters: {compared}; loss curve {curve}")
+        assert compared["bitwise_equal"] and compared["nonzero_lora_b"] > 0
+        assert curve == curve_ref and len(curve) == DDP_STEPS
+
+        # Rank 0 alone wrote to MLflow: one run, each step's metrics once, one registered version.
+        recorded = lab.helper("mlflow-run", f"{tenant}/lab", f"{namespace}/lab-ddp", mlflow=True)
+        LOG.append(f"$ [{tenant}] MLflow run {recorded.get('run_id')}: {recorded.get('status')}, runs {recorded['runs']}, "
+                   f"world_size {recorded.get('tags', {}).get('trainyard.world_size')}, "
+                   f"attempts {recorded.get('tags', {}).get('trainyard.attempts')}, versions "
+                   f"{[(v['name'], v['version']) for v in recorded.get('versions', [])]}")
+        assert recorded["runs"] == 1 and recorded["status"] == "FINISHED"
+        assert recorded["tags"]["trainyard.world_size"] == str(RANKS) and recorded["tags"]["trainyard.attempts"] == "2"
+        assert [value for _, value in sorted(recorded["loss_history"])] == curve
+        assert [(v["name"], v["version"]) for v in recorded["versions"]] == [(f"{tenant}-lab-ddp", "1")]
+
+        # One process cannot continue what two started (the data slices and RNG states are per rank).
+        code, alone = lab.attempt("ddp-attempt-3", "lab-ddp", args, mlflow=False, trainer_env=trainer_env,
+                                  extra_env=provenance_env)
+        assert code == 2 and any(f"was written by {RANKS} processes, this attempt has 1" in line for line in alone), alone
+    finally:
+        with capsys.disabled():
+            print(f"\n==== lab 2-rank run log ({s3['server']}) ====\n" + "\n".join(LOG[start:]))

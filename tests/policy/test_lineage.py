@@ -81,15 +81,21 @@ def test_another_tenants_entries_are_not_approved_here() -> None:
     assert not admit(admission.trainjob_inputs_policy(config), dataset_only)
 
 
+# The rest of each entry, in the same environment: what the reference program records in the MLflow run.
+RECORD = {"TRAINYARD_DATASET_URI": DATASET.uri, "TRAINYARD_DATASET_NAME": DATASET.name,
+          "TRAINYARD_DATASET_LICENCE": DATASET.licence, "TRAINYARD_DATASET_CLASSIFICATION": DATASET.classification}
+MODEL_RECORD = {"TRAINYARD_BASE_MODEL_URI": MODEL.uri, "TRAINYARD_BASE_MODEL_NAME": MODEL.name}
+
+
 @pytest.mark.parametrize("scope", SCOPES)
 def test_the_pins_lineage_gives_are_what_review_and_admission_accept(scope: str) -> None:
     config = config_with(SCOPES[scope])
     pins = config.lineage.pins(TENANT_NS, DATASET.uri, MODEL.uri)
-    assert pins == {p["name"]: p["value"] for p in PINS}
+    assert pins == {**{p["name"]: p["value"] for p in PINS}, **RECORD, **MODEL_RECORD}
     pinned = job(env=[{"name": k, "value": v} for k, v in pins.items()])
     assert findings(config, pinned) == []
     assert admit(admission.trainjob_inputs_policy(config), pinned)
-    assert config.lineage.pins(TENANT_NS, dataset=DATASET.uri) == {p["name"]: p["value"] for p in PINS[:2]}
+    assert config.lineage.pins(TENANT_NS, dataset=DATASET.uri) == {**{p["name"]: p["value"] for p in PINS[:2]}, **RECORD}
     assert config.lineage.pins(TENANT_NS) == {}
 
 

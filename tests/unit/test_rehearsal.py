@@ -180,8 +180,14 @@ def test_a_scenario_trainjob_pins_its_inputs_as_the_stacks_lineage_approves_them
     trainjob = trainjob_for(config, Job(name="j", tenant="team-a", runtime="lora-peft", dataset=dataset.uri, model=model.uri))
     assert trainjob["spec"]["initializer"] == {"dataset": {"storageUri": dataset.uri}, "model": {"storageUri": model.uri}}
     assert trainjob["spec"]["trainer"]["env"] == [
+        {"name": "TRAINYARD_DATASET_URI", "value": dataset.uri},
+        {"name": "TRAINYARD_DATASET_NAME", "value": dataset.name},
         {"name": "TRAINYARD_DATASET_VERSION", "value": dataset.version},
         {"name": "TRAINYARD_DATASET_DIGEST", "value": dataset.digest},
+        {"name": "TRAINYARD_DATASET_LICENCE", "value": dataset.licence},
+        {"name": "TRAINYARD_DATASET_CLASSIFICATION", "value": dataset.classification},
+        {"name": "TRAINYARD_BASE_MODEL_URI", "value": model.uri},
+        {"name": "TRAINYARD_BASE_MODEL_NAME", "value": model.name},
         {"name": "TRAINYARD_BASE_MODEL_REVISION", "value": model.revision}]
     with pytest.raises(ClusterError, match=r"job j: dataset s3://team-b-datasets/x.jsonl is not approved for tenant team-a"):
         trainjob_for(config, Job(name="j", tenant="team-a", dataset="s3://team-b-datasets/x.jsonl"))

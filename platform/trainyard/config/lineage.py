@@ -7,7 +7,8 @@ approved entry's URI in ``spec.initializer.{dataset,model}.storageUri`` and pin 
 trainer's environment (``TRAINYARD_DATASET_VERSION`` + ``TRAINYARD_DATASET_DIGEST``,
 ``TRAINYARD_BASE_MODEL_REVISION``): rule ``trainjob-approved-inputs`` in ``trainyard check`` and the
 admission policy ``trainyard-trainjob-inputs`` (manifests/lineage.py). The reference program records
-the entry in the TrainJob's MLflow run (docs/lab.md).
+the entry (name, URI, version, digest, licence, classification) in the TrainJob's MLflow run from the same
+environment (``Lineage.pins`` gives all of it; docs/lab.md).
 
 Why the version pin rides in the environment: Trainer v2.3's initializers take a URI only (no S3
 version id), so the program, which reads these variables, verifies the digest and reads the pinned
@@ -55,9 +56,11 @@ class ApprovedDataset(Model):
     uri: S3Object = Field(description="s3://<bucket>/<key> of the JSON Lines object, in the tenant's datasets bucket.")
     version: VersionId = Field(description="The approved S3 version id of that object (the datasets bucket is versioned).")
     digest: Digest = Field(description="sha256 of that version's bytes; the program refuses other content.")
-    licence: str = Field(min_length=1, description="Licence the data is used under (SPDX id or the contract's name).")
+    licence: str = Field(min_length=1, description="Licence the data is used under (SPDX id or the contract's name); "
+                                                   "recorded in the MLflow run (tag trainyard.dataset.licence).")
     source: str = Field(min_length=1, description="Where the data came from (URL, system, team).")
-    classification: Classification = Field(description="Data classification of the content.")
+    classification: Classification = Field(
+        description="Data classification of the content; recorded in the MLflow run (tag trainyard.dataset.classification).")
 
     @model_validator(mode="after")
     def _pins_a_version(self) -> ApprovedDataset:
@@ -109,8 +112,9 @@ class Lineage(ApprovedInputs):
 
     def pins(self, tenant: str, dataset: str | None = None, model: str | None = None) -> dict[str, str]:
         """The trainer environment that pins ``dataset`` and ``model`` (initializer URIs) to the entries approved
-        for ``tenant``: what a TrainJob must carry to pass ``trainyard-trainjob-inputs``. ValueError names the
-        URI that is not approved, and the approved ones."""
+        for ``tenant``: the pins a TrainJob must carry to pass ``trainyard-trainjob-inputs``, and the rest of the
+        entry the reference program records in the MLflow run (URI, name; a dataset's licence and
+        classification). ValueError names the URI that is not approved, and the approved ones."""
         approved = self.approved_for(tenant)
         env: dict[str, str] = {}
         if dataset is not None:
@@ -118,13 +122,15 @@ class Lineage(ApprovedInputs):
             if entry is None:
                 raise ValueError(f"dataset {dataset} is not approved for tenant {tenant} (lineage: "
                                  f"{', '.join(d.uri for d in approved.datasets) or 'none approved'})")
-            env |= {DATASET_VERSION_ENV: entry.version, DATASET_DIGEST_ENV: entry.digest}
+            env |= {DATASET_URI_ENV: entry.uri, DATASET_NAME_ENV: entry.name, DATASET_VERSION_ENV: entry.version,
+                    DATASET_DIGEST_ENV: entry.digest, DATASET_LICENCE_ENV: entry.licence,
+                    DATASET_CLASSIFICATION_ENV: entry.classification}
         if model is not None:
             found = next((m for m in approved.base_models if m.uri == model), None)
             if found is None:
                 raise ValueError(f"base model {model} is not approved for tenant {tenant} (lineage: "
                                  f"{', '.join(m.uri for m in approved.base_models) or 'none approved'})")
-            env[BASE_MODEL_REVISION_ENV] = found.revision
+            env |= {BASE_MODEL_URI_ENV: found.uri, BASE_MODEL_NAME_ENV: found.name, BASE_MODEL_REVISION_ENV: found.revision}
         return env
 
     @model_validator(mode="after")
@@ -145,3 +151,11 @@ class Lineage(ApprovedInputs):
 DATASET_VERSION_ENV = "TRAINYARD_DATASET_VERSION"
 DATASET_DIGEST_ENV = "TRAINYARD_DATASET_DIGEST"
 BASE_MODEL_REVISION_ENV = "TRAINYARD_BASE_MODEL_REVISION"
+# The rest of the entry, from the same environment, that the program records in the run (tags trainyard.dataset.*,
+# trainyard.base_model.*). Not pins: review and admission hold only the three above to the approved values.
+DATASET_URI_ENV = "TRAINYARD_DATASET_URI"
+DATASET_NAME_ENV = "TRAINYARD_DATASET_NAME"
+DATASET_LICENCE_ENV = "TRAINYARD_DATASET_LICENCE"
+DATASET_CLASSIFICATION_ENV = "TRAINYARD_DATASET_CLASSIFICATION"
+BASE_MODEL_URI_ENV = "TRAINYARD_BASE_MODEL_URI"
+BASE_MODEL_NAME_ENV = "TRAINYARD_BASE_MODEL_NAME"
