@@ -99,6 +99,27 @@ def test_the_pins_lineage_gives_are_what_review_and_admission_accept(scope: str)
     assert config.lineage.pins(TENANT_NS) == {}
 
 
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("TRAINYARD_DATASET_LICENCE", "MIT"), ("TRAINYARD_DATASET_CLASSIFICATION", "public"),
+    ("TRAINYARD_DATASET_NAME", "other-chat"), ("TRAINYARD_DATASET_URI", f"s3://{TENANT_NS}-datasets/other.jsonl"),
+    ("TRAINYARD_BASE_MODEL_NAME", "other-llama"), ("TRAINYARD_BASE_MODEL_URI", f"s3://{TENANT_NS}-models/base/x/"),
+    ("TRAINYARD_DATASET_LICENCE", None),
+], ids=lambda v: v if isinstance(v, str) and v.startswith("TRAINYARD") else ("valueFrom" if v is None else ""))
+def test_what_the_run_records_may_be_left_out_but_not_changed(variable: str, value: str | None) -> None:
+    """A run cannot record another licence, classification or name than the entry's: set, they must be the entry's."""
+    config = config_with(SCOPES["platform-wide"])
+    recorded = {**RECORD, **MODEL_RECORD}
+    entry: dict[str, Any] = ({"name": variable, "value": value} if value is not None
+                             else {"name": variable, "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}})
+    env = [*PINS, *({"name": k, "value": v} for k, v in recorded.items() if k != variable), entry]
+    assert any(variable in f and "the run records it" in f for f in findings(config, job(env=env))), \
+        findings(config, job(env=env))
+    assert not admit(admission.trainjob_inputs_policy(config), job(env=env))
+    left_out = [*PINS, *({"name": k, "value": v} for k, v in recorded.items() if k != variable)]
+    assert findings(config, job(env=left_out)) == []
+    assert admit(admission.trainjob_inputs_policy(config), job(env=left_out))
+
 def test_pins_for_an_input_that_is_not_approved_name_it_and_the_approved_ones() -> None:
     config = config_with(SCOPES["the tenant's own"])
     with pytest.raises(ValueError, match=rf"dataset s3://x-datasets/a.jsonl is not approved for tenant {TENANT_NS} "

@@ -152,10 +152,15 @@ DATASET_VERSION_ENV = "TRAINYARD_DATASET_VERSION"
 DATASET_DIGEST_ENV = "TRAINYARD_DATASET_DIGEST"
 BASE_MODEL_REVISION_ENV = "TRAINYARD_BASE_MODEL_REVISION"
 # The rest of the entry, from the same environment, that the program records in the run (tags trainyard.dataset.*,
-# trainyard.base_model.*). Not pins: review and admission hold only the three above to the approved values.
+# trainyard.base_model.*). Not required (a TrainJob without them records "unrecorded"), but where a TrainJob
+# sets one, review and admission hold it to the approved entry: a run cannot record another licence or
+# classification than the one approved (RECORDED_DATASET_ENV, RECORDED_MODEL_ENV: variable -> entry field).
 DATASET_URI_ENV = "TRAINYARD_DATASET_URI"
 DATASET_NAME_ENV = "TRAINYARD_DATASET_NAME"
 DATASET_LICENCE_ENV = "TRAINYARD_DATASET_LICENCE"
 DATASET_CLASSIFICATION_ENV = "TRAINYARD_DATASET_CLASSIFICATION"
 BASE_MODEL_URI_ENV = "TRAINYARD_BASE_MODEL_URI"
 BASE_MODEL_NAME_ENV = "TRAINYARD_BASE_MODEL_NAME"
+RECORDED_DATASET_ENV = {DATASET_URI_ENV: "uri", DATASET_NAME_ENV: "name", DATASET_LICENCE_ENV: "licence",
+                        DATASET_CLASSIFICATION_ENV: "classification"}
+RECORDED_MODEL_ENV = {BASE_MODEL_URI_ENV: "uri", BASE_MODEL_NAME_ENV: "name"}

@@ -44,7 +44,13 @@ import json
 from typing import Any
 
 from trainyard import catalog
-from trainyard.config.lineage import BASE_MODEL_REVISION_ENV, DATASET_DIGEST_ENV, DATASET_VERSION_ENV
+from trainyard.config.lineage import (
+    BASE_MODEL_REVISION_ENV,
+    DATASET_DIGEST_ENV,
+    DATASET_VERSION_ENV,
+    RECORDED_DATASET_ENV,
+    RECORDED_MODEL_ENV,
+)
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import (
@@ -191,12 +197,22 @@ def _pinned(env: str, field: str) -> str:
     return f"variables.env.exists(e, e.name == {json.dumps(env)} && e.value == {field})"
 
 
+def _recorded(env: str, field: str) -> str:
+    """A variable the run records: absent, or a literal equal to the entry's ``field`` (not valueFrom)."""
+    return (f"(!variables.allEnv.exists(e, e.name == {json.dumps(env)})"
+            f" || variables.env.exists(e, e.name == {json.dumps(env)} && e.value == {field}))")
+
+
 def trainjob_inputs_policy(config: PlatformConfig) -> Manifest:
-    """Initializer URIs are approved entries for the namespace's tenant, pinned in spec.trainer.env."""
-    datasets = {t.namespace_name: [{"uri": d.uri, "version": d.version, "digest": d.digest}
+    """Initializer URIs are approved entries for the namespace's tenant, pinned in spec.trainer.env; the parts of
+    the entry the run records (name, licence, classification, URI), where set, equal the entry."""
+    datasets = {t.namespace_name: [{"uri": d.uri, "version": d.version, "digest": d.digest, "name": d.name,
+                                    "licence": d.licence, "classification": d.classification}
                                    for d in config.lineage.approved_for(t.name).datasets] for t in config.tenants}
-    models = {t.namespace_name: [{"uri": m.uri, "revision": m.revision}
+    models = {t.namespace_name: [{"uri": m.uri, "revision": m.revision, "name": m.name}
                                  for m in config.lineage.approved_for(t.name).base_models] for t in config.tenants}
+    dataset_recorded = " && ".join(_recorded(env, f"d.{field}") for env, field in RECORDED_DATASET_ENV.items())
+    model_recorded = " && ".join(_recorded(env, f"m.{field}") for env, field in RECORDED_MODEL_ENV.items())
 
     def uri(kind: str) -> str:
         return (f"has(object.spec.initializer) && has(object.spec.initializer.{kind})"
@@ -214,22 +230,26 @@ def trainjob_inputs_policy(config: PlatformConfig) -> Manifest:
             {"name": "approvedModels", "expression": json.dumps(models, sort_keys=True)},
             {"name": "datasets", "expression": mine("variables.approvedDatasets")},
             {"name": "models", "expression": mine("variables.approvedModels")},
-            {"name": "env", "expression": "has(object.spec.trainer) && has(object.spec.trainer.env)"
-                                          " ? object.spec.trainer.env.filter(e, has(e.value)) : []"},
+            {"name": "allEnv", "expression": "has(object.spec.trainer) && has(object.spec.trainer.env)"
+                                             " ? object.spec.trainer.env : []"},
+            {"name": "env", "expression": "variables.allEnv.filter(e, has(e.value))"},
             {"name": "datasetUri", "expression": uri("dataset")},
             {"name": "modelUri", "expression": uri("model")},
         ],
         validations=[{
             "expression": "variables.datasetUri == '' || variables.datasets.exists(d, d.uri == variables.datasetUri"
-                          f" && {_pinned(DATASET_VERSION_ENV, 'd.version')} && {_pinned(DATASET_DIGEST_ENV, 'd.digest')})",
+                          f" && {_pinned(DATASET_VERSION_ENV, 'd.version')} && {_pinned(DATASET_DIGEST_ENV, 'd.digest')}"
+                          f" && {dataset_recorded})",
             "messageExpression": "'spec.initializer.dataset.storageUri ' + variables.datasetUri + ' must be a dataset "
                                  f"approved for this namespace, pinned with {DATASET_VERSION_ENV} and {DATASET_DIGEST_ENV} "
-                                 "in spec.trainer.env (trainyard check names the approved entries)'",
+                                 f"in spec.trainer.env, and {', '.join(RECORDED_DATASET_ENV)} where set must equal the entry "
+                                 "(trainyard check names the approved entries)'",
         }, {
             "expression": "variables.modelUri == '' || variables.models.exists(m, m.uri == variables.modelUri"
-                          f" && {_pinned(BASE_MODEL_REVISION_ENV, 'm.revision')})",
+                          f" && {_pinned(BASE_MODEL_REVISION_ENV, 'm.revision')} && {model_recorded})",
             "messageExpression": "'spec.initializer.model.storageUri ' + variables.modelUri + ' must be a base model "
-                                 f"approved for this namespace, pinned with {BASE_MODEL_REVISION_ENV} in spec.trainer.env"
+                                 f"approved for this namespace, pinned with {BASE_MODEL_REVISION_ENV} in spec.trainer.env,"
+                                 f" and {', '.join(RECORDED_MODEL_ENV)} where set must equal the entry"
                                  " (trainyard check names the approved entries)'",
         }],
     )

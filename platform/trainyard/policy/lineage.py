@@ -8,10 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from trainyard.config.lineage import BASE_MODEL_REVISION_ENV, DATASET_DIGEST_ENV, DATASET_VERSION_ENV
+from trainyard.config.lineage import (
+    BASE_MODEL_REVISION_ENV,
+    DATASET_DIGEST_ENV,
+    DATASET_VERSION_ENV,
+    RECORDED_DATASET_ENV,
+    RECORDED_MODEL_ENV,
+)
 from trainyard.manifests.meta import Manifest
 from trainyard.policy.model import Context, object_rule
 from trainyard.policy.pods import as_dict, as_list, dig
+
+
+def trainer_env_names(obj: Manifest) -> set[str]:
+    """Every variable spec.trainer.env names, literal or ``valueFrom``."""
+    return {str(as_dict(item).get("name")) for item in as_list(dig(obj, "spec", "trainer", "env"))}
 
 
 def trainer_env(obj: Manifest) -> dict[str, str]:
@@ -35,10 +46,11 @@ def trainjob_approved_inputs(obj: Manifest, ctx: Context) -> Iterator[str]:
     if obj.get("kind") != "TrainJob" or tenant is None:
         return
     approved = ctx.config.lineage.approved_for(tenant.name)
-    env = trainer_env(obj)
-    for kind, entries, pins in (
-            ("dataset", approved.datasets, lambda e: ((DATASET_VERSION_ENV, e.version), (DATASET_DIGEST_ENV, e.digest))),
-            ("model", approved.base_models, lambda e: ((BASE_MODEL_REVISION_ENV, e.revision),))):
+    env, named = trainer_env(obj), trainer_env_names(obj)
+    for kind, entries, pins, recorded in (
+            ("dataset", approved.datasets, lambda e: ((DATASET_VERSION_ENV, e.version), (DATASET_DIGEST_ENV, e.digest)),
+             RECORDED_DATASET_ENV),
+            ("model", approved.base_models, lambda e: ((BASE_MODEL_REVISION_ENV, e.revision),), RECORDED_MODEL_ENV)):
         uri = dig(obj, "spec", "initializer", kind, "storageUri")
         if uri is None:
             continue
@@ -52,6 +64,12 @@ def trainjob_approved_inputs(obj: Manifest, ctx: Context) -> Iterator[str]:
         for var, want in pins(entry):
             if env.get(var) != want:
                 yield f"spec.trainer.env {var} is {env.get(var)!r}; {what} {entry.name} is approved at {want!r}"
+        for var, attribute in recorded.items():
+            want = str(getattr(entry, attribute))
+            if var in named and env.get(var) != want:
+                shown = repr(env[var]) if var in env else "not a literal value (valueFrom)"
+                yield (f"spec.trainer.env {var} is {shown}; the run records it, and {what} {entry.name} is approved "
+                       f"with {attribute} {want!r} (set it to that, or leave it out)")
 
 
 RULES = (trainjob_approved_inputs,)
