@@ -9,6 +9,7 @@ import pytest
 
 from tests.review.conftest import demo_stack, git
 from trainyard.cli import main
+from trainyard.config import ConfigError
 from trainyard.manifests import RenderedPlatform
 from trainyard.project import Stack
 from trainyard.review.diff import review_against_revision
@@ -51,17 +52,48 @@ def test_a_stack_file_missing_at_the_revision_means_everything_is_added(project:
     assert "tenant `team-a` added with nominal GPU quota a100 8" in review.highlights
 
 
-def test_the_worktree_is_removed_even_when_rendering_fails(project: Path) -> None:
+@pytest.mark.parametrize("serial", ["0", "1"], ids=["base beside the head", "one after the other"])
+def test_the_worktree_is_removed_even_when_rendering_fails(project: Path, serial: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The base fails to render: the error is the plain one (the forked child's run is redone here), and the
+    worktree it rendered in is gone either way."""
+    monkeypatch.setenv("TRAINYARD_SERIAL", serial)
     seen: list[Path] = []
 
     def failing_render(stack: Stack) -> RenderedPlatform:
         seen.append(stack.root)
-        raise RuntimeError("boom")
+        if stack.root != project:
+            raise RuntimeError("boom")
+        return Stack.render(stack)
 
     with pytest.raises(RuntimeError, match="boom"):
         review_against_revision("demo", "HEAD", project, render=failing_render)
-    assert seen and not seen[0].exists()
+    checkouts = [root for root in seen if root != project]
+    assert checkouts and not any(root.exists() for root in checkouts)
     assert len(worktrees(project)) == 1
+
+
+def test_a_head_that_fails_waits_for_the_base_and_leaves_no_worktree(project: Path) -> None:
+    (project / "stacks" / "Pulumi.demo.yaml").write_text("config: {trainyard:platform: {tenants: 7}}\n")
+    with pytest.raises(ConfigError):
+        review_against_revision("demo", "HEAD", project)
+    assert len(worktrees(project)) == 1
+
+
+def test_the_base_beside_the_head_gives_the_review_one_after_the_other_gives(project: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    (project / "stacks" / "Pulumi.demo.yaml").write_text(demo_stack(nodes=3, tenants=(("team-a", 16), ("team-b", 8))))
+    from trainyard.review.diff import review_to_dict
+    from trainyard.review.policy_delta import default_evaluator
+
+    evaluator = default_evaluator()
+    reviews = []
+    for serial in ("1", "0"):
+        monkeypatch.setenv("TRAINYARD_SERIAL", serial)
+        reviews.append(json.dumps(review_to_dict(review_against_revision("demo", "HEAD", project, evaluator=evaluator)),
+                                  sort_keys=True, default=str))
+    assert reviews[0] == reviews[1]
+    assert json.loads(reviews[0])["changes"] and "policy" in json.loads(reviews[0])
 
 
 def test_unknown_revision_is_a_clear_error_with_exit_code_2(project: Path, monkeypatch: pytest.MonkeyPatch,

@@ -12,7 +12,7 @@ from trainyard.config.model import PlatformConfig
 from trainyard.manifests import RenderedPlatform
 from trainyard.manifests.meta import Manifest, object_key
 from trainyard.policy.model import STACK_OBJECT, Context, Finding, Rule
-from trainyard.policy.pods import as_dict
+from trainyard.policy.pods import as_dict, walks_shared
 from trainyard.policy.rules import RULES
 
 _SEVERITY_ORDER = {"mandatory": 0, "advisory": 1}
@@ -43,6 +43,11 @@ def safe_object_id(obj: Manifest) -> str:
 
 
 def run_rules(rules: Iterable[Rule], objects: Sequence[Manifest], ctx: Context) -> list[Finding]:
+    with walks_shared():  # every rule reads the same objects' containers: find them once
+        return _run_rules(rules, objects, ctx)
+
+
+def _run_rules(rules: Iterable[Rule], objects: Sequence[Manifest], ctx: Context) -> list[Finding]:
     findings: list[Finding] = []
     for rule in rules:
         level = ctx.level(rule)

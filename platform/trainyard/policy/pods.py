@@ -14,6 +14,8 @@ where a field should be (the schema check reports those; a rule must not crash o
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,8 +108,36 @@ def pod_specs(obj: Manifest) -> list[PodSpec]:
     return [PodSpec(shown, spec, partial) for shown, spec in _walk(obj, path, "")]
 
 
-def containers(obj: Manifest) -> list[Container]:
+# Within ``walks_shared`` (one run of the rules over one set of objects), each object's containers are
+# found once, not once per rule: by identity, with the object kept so that its id is not reused.
+_WALKS: ContextVar[dict[int, tuple[Manifest, tuple[Container, ...]]] | None] = ContextVar("trainyard_walks",
+                                                                                           default=None)
+
+
+@contextmanager
+def walks_shared() -> Iterator[None]:
+    """Inside it, ``containers`` of one object is worked out once; nothing inside may edit an object."""
+    token = _WALKS.set({})
+    try:
+        yield
+    finally:
+        _WALKS.reset(token)
+
+
+def containers(obj: Manifest) -> tuple[Container, ...]:
     """Every container of every pod spec, plus a TrainJob's trainer (a partial container at ``spec.trainer``)."""
+    memo = _WALKS.get()
+    if memo is None:
+        return _containers(obj)
+    hit = memo.get(id(obj))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    found = _containers(obj)
+    memo[id(obj)] = (obj, found)
+    return found
+
+
+def _containers(obj: Manifest) -> tuple[Container, ...]:
     out = [Container(f"{pod.path}.{key}[{i}]", c, pod)
            for pod in pod_specs(obj) for key in CONTAINER_LISTS
            for i, c in enumerate(as_list(pod.spec.get(key))) if isinstance(c, dict)]
@@ -120,7 +150,7 @@ def containers(obj: Manifest) -> list[Container]:
     if obj.get("kind") == "InferenceService" and isinstance(model, dict):
         predictor = as_dict(dig(obj, "spec", "predictor"))
         out.insert(0, Container("spec.predictor.model", model, PodSpec("spec.predictor", predictor, partial=True)))
-    return out
+    return tuple(out)
 
 
 def env_lists(obj: Manifest) -> list[tuple[str, list[Any]]]:

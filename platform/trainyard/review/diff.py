@@ -28,6 +28,7 @@ from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest
 from trainyard.project import Stack, open_stack
 from trainyard.review import revision
+from trainyard.review.beside import Beside
 from trainyard.review.capacity_delta import CapacityDelta, capacity_delta, capacity_highlights
 from trainyard.review.changes import (
     ABSENT,
@@ -39,7 +40,14 @@ from trainyard.review.changes import (
     diff_objects,
     diff_values,
 )
-from trainyard.review.policy_delta import Evaluator, PolicyDelta, PolicyResult, policy_delta
+from trainyard.review.policy_delta import (
+    Evaluator,
+    FindingLike,
+    PolicyDelta,
+    PolicyResult,
+    as_result,
+    policy_delta,
+)
 from trainyard.review.upgrades import ComponentUpgrade, upgrades, with_catalog_defaults
 from trainyard.review.values import arrow, compact
 
@@ -61,6 +69,8 @@ class Side:
     label: str
     config: PlatformConfig | None = None
     rendered: RenderedPlatform | None = None
+    # The policy results of this side where they were worked out with it (prepared beside the head).
+    findings: tuple[PolicyResult, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -126,9 +136,7 @@ def review_platforms(base: Side, head: Side, *, title: str, evaluator: Evaluator
         changes, unchanged = diff_objects(objects_of(base), objects_of(head))
         policy = None
         if evaluator is not None:
-            before = evaluator(base.config, base.rendered) if base.config and base.rendered else []
-            after = evaluator(head.config, head.rendered) if head.config and head.rendered else []
-            policy = policy_delta(before, after)
+            policy = policy_delta(side_findings(base, evaluator), side_findings(head, evaluator))
     capacity = capacity_delta(base.config, head.config) if base.config or head.config else None
     settings = settings_changes(base.config, head.config)
     bumps = upgrades(base.rendered, head.rendered)
@@ -260,38 +268,70 @@ def policy_highlight(new: Sequence[PolicyResult], fixed: Sequence[PolicyResult])
 # --- the two ways to get sides --------------------------------------------------------------
 
 
+def side_findings(side: Side, evaluator: Evaluator) -> Sequence[FindingLike]:
+    if side.findings is not None:
+        return side.findings
+    return evaluator(side.config, side.rendered) if side.config and side.rendered else []
+
+
 def _side(label: str, stack: Stack, render: Renderer) -> Side:
     return Side(label, stack.config, render(stack))
 
 
-def review_against_revision(stack: str, rev: str, root: Path, *, evaluator: Evaluator | None = None,
-                            render: Renderer = Stack.render) -> Review:
-    """``STACK`` at ``rev`` (base) against the work tree (head)."""
-    resolved = revision.resolve(root, rev)
+def _prepared_side(label: str, stack: Stack, render: Renderer, evaluator: Evaluator | None) -> Side:
+    """A side whose policy results are worked out with it, as plain data (it may cross a process boundary)."""
+    rendered = render(stack)
+    flat = RenderedPlatform.flat(rendered.crds, rendered.objects, rendered.releases)
+    findings = tuple(as_result(f) for f in evaluator(stack.config, rendered)) if evaluator is not None else None
+    return Side(label, stack.config, flat, findings)
+
+
+@dataclass(frozen=True)
+class _Base:
+    side: Side
+    notes: tuple[str, ...] = ()
+
+
+def _base_at_revision(root: Path, rev: str, resolved: revision.Revision, relative: Path, render: Renderer,
+                      evaluator: Evaluator | None) -> _Base:
     repo = revision.repository_root(root)
-    relative = revision.relative_stack_path(stack, root, repo)
-    head_stack = open_stack(stack, root)
-    notes: list[str] = []
     with revision.worktree(root, resolved) as tree:
         base_root = tree / root.resolve().relative_to(repo)
         base_file = tree / relative
-        if base_file.is_file():
-            try:
-                base_stack = with_catalog_defaults(open_stack(str(base_file), base_root), base_root)
-                base = _side(resolved.label, base_stack, render)
-            except ConfigError as exc:
-                problems = "; ".join(p.render(str(relative)) for p in exc.problems)
-                raise revision.RevisionError(f"stack {relative} at {rev} does not load: {problems}") from None
-            except RenderError as exc:
-                # Paths name the temporary checkout; say which revision (--base) it was.
-                message = str(exc).replace(f"{tree}/", "")
-                raise revision.RevisionError(f"stack {relative} at revision {rev} (--base) does not render: {message}") from None
-        else:
-            base = Side(resolved.label)
-            notes.append(f"`{relative}` does not exist at {resolved.label}: everything is added.")
-    head = _side("work tree", head_stack, render)
-    return review_platforms(base, head, title=f"{head_stack.name}: {resolved.label} -> work tree",
-                            evaluator=evaluator, notes=notes, marker=f"trainyard-diff:{head_stack.name}")
+        if not base_file.is_file():
+            return _Base(Side(resolved.label), (f"`{relative}` does not exist at {resolved.label}: everything is added.",))
+        try:
+            base_stack = with_catalog_defaults(open_stack(str(base_file), base_root), base_root)
+            return _Base(_prepared_side(resolved.label, base_stack, render, evaluator))
+        except ConfigError as exc:
+            problems = "; ".join(p.render(str(relative)) for p in exc.problems)
+            raise revision.RevisionError(f"stack {relative} at {rev} does not load: {problems}") from None
+        except RenderError as exc:
+            # Paths name the temporary checkout; say which revision (--base) it was.
+            message = str(exc).replace(f"{tree}/", "")
+            raise revision.RevisionError(f"stack {relative} at revision {rev} (--base) does not render: {message}") from None
+
+
+def review_against_revision(stack: str, rev: str, root: Path, *, evaluator: Evaluator | None = None,
+                            render: Renderer = Stack.render) -> Review:
+    """``STACK`` at ``rev`` (base) against the work tree (head).
+
+    The base (worktree, load, render, policy) is prepared beside the head, in a forked child
+    (``review.beside``: the same errors and results as one after the other)."""
+    resolved = revision.resolve(root, rev)
+    repo = revision.repository_root(root)
+    relative = revision.relative_stack_path(stack, root, repo)
+    with read_only_documents():
+        base = Beside(lambda: _base_at_revision(root, rev, resolved, relative, render, evaluator))
+        try:
+            head_stack = open_stack(stack, root)
+            head = _prepared_side("work tree", head_stack, render, evaluator)
+        except BaseException:
+            base.discard()
+            raise
+        prepared = base.result()
+    return review_platforms(prepared.side, head, title=f"{head_stack.name}: {resolved.label} -> work tree",
+                            evaluator=evaluator, notes=prepared.notes, marker=f"trainyard-diff:{head_stack.name}")
 
 
 def review_against_stack(stack: str, against: str, root: Path, *, evaluator: Evaluator | None = None,

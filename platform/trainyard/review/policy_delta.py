@@ -69,7 +69,7 @@ def _severity(value: Any) -> str:
     return str(getattr(value, "value", value))
 
 
-def _result(finding: FindingLike) -> PolicyResult:
+def as_result(finding: FindingLike) -> PolicyResult:
     return PolicyResult(str(finding.rule_id), _severity(finding.severity), str(finding.object_id),
                         str(finding.message), str(getattr(finding, "hint", "") or ""))
 
@@ -80,8 +80,8 @@ def _identity(result: PolicyResult) -> tuple[str, str, str]:
 
 def policy_delta(base: Sequence[FindingLike], head: Sequence[FindingLike]) -> PolicyDelta:
     """Findings only in ``head`` are new, only in ``base`` fixed; counted as multisets, sorted."""
-    before = [_result(f) for f in base]
-    after = [_result(f) for f in head]
+    before = [as_result(f) for f in base]
+    after = [as_result(f) for f in head]
     before_ids, after_ids = Counter(map(_identity, before)), Counter(map(_identity, after))
     new_ids, fixed_ids = after_ids - before_ids, before_ids - after_ids
     new = _take(after, new_ids)
