@@ -19,6 +19,7 @@ import pytest
 from tests.cluster.conftest import Cluster
 from tests.conftest import rendered
 from trainyard.manifests.meta import TENANT_LABEL
+from trainyard.manifests.serving import CLUSTER_LOCAL, VISIBILITY_LABEL
 
 pytestmark = pytest.mark.cluster
 
@@ -27,7 +28,7 @@ GOOD: dict[str, Any] = {
     "apiVersion": "serving.kserve.io/v1beta1",
     "kind": "InferenceService",
     "metadata": {"name": "chat", "namespace": TENANT_NS,
-                 "labels": {"networking.kserve.io/visibility": "cluster-local"}},
+                 "labels": {VISIBILITY_LABEL: CLUSTER_LOCAL}},
     "spec": {"predictor": {
         "serviceAccountName": "kserve-predictor",
         "model": {"modelFormat": {"name": "vLLM"}, "runtime": "vllm-openai",
@@ -42,12 +43,44 @@ def with_change(change: dict[str, Any]) -> dict[str, Any]:
     return isvc
 
 
+def without_visibility_label() -> dict[str, Any]:
+    """What ``trainyard promote --expose`` writes: no cluster-local label, so KServe would expose it publicly."""
+    isvc = copy.deepcopy(GOOD)
+    del isvc["metadata"]["labels"][VISIBILITY_LABEL]
+    return isvc
+
+
+def with_transformer(image: str) -> dict[str, Any]:
+    """A custom transformer container in front of the (correct) predictor."""
+    isvc = copy.deepcopy(GOOD)
+    isvc["spec"]["transformer"] = {"containers": [{"name": "kserve-container", "image": image}]}
+    return isvc
+
+
+DIGEST = "@sha256:" + "1" * 64
+REGISTRIES = "registry.trainyard.internal/"  # the local stack's runtimes.approved_registries
+# Case: (InferenceService, the policy that denies it, what its message says).
 CASES = {
-    "unapproved runtime": (with_change({"runtime": "kserve-vllmserver"}), "trainyard-isvc-runtime"),
+    "unapproved runtime": (with_change({"runtime": "kserve-vllmserver"}), "trainyard-isvc-runtime",
+                           "spec.predictor.model.runtime must name an approved ClusterServingRuntime "
+                           '(vllm-openai, huggingface-server), not "kserve-vllmserver"'),
     "unpinned image": (with_change({"image": "registry.trainyard.internal/vllm/vllm-openai:v0.24.0"}),
-                       "trainyard-isvc-images"),
+                       "trainyard-isvc-images",
+                       "images not pinned by digest (@sha256:...): registry.trainyard.internal/vllm/vllm-openai:v0.24.0"),
+    # Pinned by digest, so only the registry rule is broken.
+    "unapproved registry": (with_change({"image": "docker.io/vllm/vllm-openai" + DIGEST}), "trainyard-isvc-images",
+                            f"images not from an approved registry ({REGISTRIES}): docker.io/vllm/vllm-openai{DIGEST}"),
+    "custom container from a look-alike registry": (
+        with_transformer("registry.trainyard.internal.example.com/tx" + DIGEST), "trainyard-isvc-images",
+        f"images not from an approved registry ({REGISTRIES}): registry.trainyard.internal.example.com/tx{DIGEST}"),
     "foreign bucket": (with_change({"storageUri": "s3://team-b-models/mlflow/2/77aa/artifacts/model"}),
-                       "trainyard-isvc-storage"),
+                       "trainyard-isvc-storage",
+                       "storage URIs outside this namespace's model bucket (s3://team-a-models/...): "
+                       "s3://team-b-models/mlflow/2/77aa/artifacts/model"),
+    # The local stack names no serving.exposure.public_tenants: no tenant may expose a model.
+    "public exposure": (without_visibility_label(), "trainyard-isvc-exposure",
+                        "this tenant may not expose models outside the cluster: label the InferenceService "
+                        f"{VISIBILITY_LABEL}: {CLUSTER_LOCAL}"),
 }
 
 
@@ -68,20 +101,20 @@ def serving_admission(cluster: Cluster) -> Cluster:
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=120s",
                     *[f"crd/{c['metadata']['name']}" for c in crds])
     # A new policy takes effect once the API server's policy informer has seen it and its binding:
-    # wait (bounded) until the first bad case is denied.
+    # wait (bounded) until every bad case is denied; the tests then say which one is not.
     deadline = time.monotonic() + 60
-    while dry_run(cluster, CASES["unapproved runtime"][0])[0] == 0 and time.monotonic() < deadline:
+    while any(dry_run(cluster, obj)[0] == 0 for obj, _, _ in CASES.values()) and time.monotonic() < deadline:
         time.sleep(1)
     return cluster
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_an_inference_service_breaking_a_rule_is_denied_by_its_policy(serving_admission: Cluster, case: str) -> None:
-    obj, policy = CASES[case]
+    obj, policy, message = CASES[case]
     code, output = dry_run(serving_admission, obj)
     print(f"{case}: exit {code}: {output}")
     assert code != 0
-    assert f"ValidatingAdmissionPolicy '{policy}'" in output, output
+    assert f"ValidatingAdmissionPolicy '{policy}' with binding '{policy}' denied request: {message}" in output, output
 
 
 def test_a_correct_inference_service_is_accepted(serving_admission: Cluster) -> None:

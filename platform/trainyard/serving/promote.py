@@ -226,6 +226,9 @@ def to_file(isvc: Manifest, ref: ModelRef, base: ModelRef | None) -> str:
     return header + yaml.safe_dump(isvc, sort_keys=False)
 
 
+APPLY_TIMEOUT = 120  # seconds
+
+
 def apply(path: Path, kubectl: str, kubeconfig: str | None, context: str | None) -> str:
     """Server-side apply of the written file with the tenant's credentials; PromoteError on failure."""
     command = [kubectl]
@@ -235,9 +238,14 @@ def apply(path: Path, kubectl: str, kubeconfig: str | None, context: str | None)
         command += ["--context", context]
     command += ["apply", "--server-side", "--field-manager=trainyard-promote", "-f", str(path)]
     try:
-        result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)  # noqa: S603
+        result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=APPLY_TIMEOUT)  # noqa: S603
     except FileNotFoundError:
         raise PromoteError(f"{kubectl}: not found (set --kubectl)") from None
+    except subprocess.TimeoutExpired:
+        where = (kubeconfig or "the default kubeconfig") + (f", context {context}" if context else "")
+        raise PromoteError(f"kubectl apply did not finish in {APPLY_TIMEOUT} s: is the cluster of {where} reachable? "
+                           f"The file is written: apply it later with `kubectl apply --server-side -f {path}`") from None
     if result.returncode != 0:
-        raise PromoteError(f"kubectl apply failed: {result.stderr.strip()}")
+        said = result.stderr.strip() or result.stdout.strip() or "no output"
+        raise PromoteError(f"kubectl apply failed (exit {result.returncode}): {said}")
     return result.stdout.strip()
