@@ -150,7 +150,7 @@ test-serving: setup serving-env ## Registry to storage for real: MLflow, S3 (Sea
 	$(BIN)/pytest -q -s -m serving tests/serving $(PYTEST_ARGS)
 
 .PHONY: test-dataplane
-test-dataplane: setup ## The dataplane tier: a real SeaweedFS (weed) with Trainyard's identities and buckets; real MLflow (tools venv) + Debian PostgreSQL
+test-dataplane: setup ## The dataplane tier: a real SeaweedFS (weed) and a real MinIO (test server only) with Trainyard's identities and buckets; real MLflow (tools venv) + Debian PostgreSQL
 	$(BIN)/pytest -q --tb=short -m dataplane tests/dataplane $(PYTEST_ARGS)
 .PHONY: test-lab
 test-lab: setup ## The lab tier: the reference LoRA program (tools/lab venv) on CPU against the dataplane servers: pinned data, SIGTERM + resume, MLflow, registry

@@ -35,7 +35,7 @@ fi
 export GOTOOLCHAIN=local
 export CGO_ENABLED="${CGO_ENABLED:-0}"
 
-ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueue jobset trainer kwok seaweedfs kind barman-cloud-crd)
+ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueue jobset trainer kwok seaweedfs kind barman-cloud-crd minio)
 # Cold build cost, most first (CPU-seconds on a 2-core machine, docs/tools.md "Cold and warm"): the
 # order -j N starts them in. pulumi-kubernetes compiles one huge package on one core for ~15 min, so
 # with -j 2 the rest build beside it.
@@ -58,6 +58,12 @@ CRANE_VERSION=v0.22.1       # github.com/google/go-containerregistry (tools/cran
 SEAWEEDFS_MODULE=github.com/seaweedfs/seaweedfs
 SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
 SEAWEEDFS_MODSUM="h1:LOYZFToHq9F7pSR6lkPGfkM8RmHlVFrzndKdhmNZjrU="
+# MinIO: only a test server for the dataplane tier (tests/minio.py; prod's object store backend), never
+# shipped or linked into Trainyard (AGPL-3.0, docs/tools.md). Built inside its own module like seaweedfs:
+# the proxy's "latest" is this pseudo-version (no tagged releases are served; 2026-02-12T20:18:48Z, commit 7aac2a2c5b7c).
+MINIO_MODULE=github.com/minio/minio
+MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
+MINIO_MODSUM="h1:/qdoYujxF5MBLDMVLeiYJ/7fBa1HikX39Dvzb9Ji8pA="
 PROMTOOL_VERSION=3.16.0     # VERSION file of github.com/prometheus/prometheus v0.316.0
 # The rehearsal's controllers: keep equal to trainyard.catalog (REHEARSAL_PROVEN; a test checks it).
 KUEUE_VERSION=v0.19.2
@@ -84,6 +90,7 @@ tool_module() {
     trainer) echo "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" ;;
     kwok) echo "sigs.k8s.io/kwok@$KWOK_VERSION" ;;
     seaweedfs) echo "$SEAWEEDFS_MODULE@$SEAWEEDFS_VERSION" ;;
+    minio) echo "$MINIO_MODULE@$MINIO_VERSION" ;;
     kind) echo "sigs.k8s.io/kind@$KIND_VERSION" ;;
     barman-cloud-crd) echo "$BARMAN_CLOUD_MODULE@$BARMAN_CLOUD_VERSION" ;;
   esac
@@ -119,6 +126,7 @@ tool_bins() {
     helm) echo "helm helm.sh/helm/v3/cmd/helm" ;;
     crane) echo "crane github.com/google/go-containerregistry/cmd/crane" ;;
     seaweedfs) echo "weed ./weed" ;;
+    minio) echo "minio ." ;;   # main.go at the module root (upstream Makefile: go build -tags kqueue)
     promtool) echo "promtool github.com/prometheus/prometheus/cmd/promtool" ;;
     kueue) echo "kueue ./cmd/kueue" ;;
     jobset) echo "jobset-controller ." ;;   # main.go at the module root (upstream Makefile: build main.go)
@@ -174,6 +182,15 @@ tool_ldflags() {
     # `crane version` reads this variable (cmd/crane/cmd/version.go); without it it prints "(devel)".
     crane) x=" -X github.com/google/go-containerregistry/cmd/crane/cmd.Version=$CRANE_VERSION" ;;
     seaweedfs) x=" -X $SEAWEEDFS_MODULE/weed/util/version.COMMIT=$SEAWEEDFS_VERSION" ;;
+    # What buildscripts/gen-ldflags.go sets for a DEVELOPMENT build of the pseudo-version's commit time
+    # (no git in the module zip: the commit is the pseudo-version's 12-character prefix).
+    minio)
+      local when="${MINIO_VERSION#v0.0.0-}" c; c="${when#*-}"; when="${when%%-*}"
+      when="${when:0:4}-${when:4:2}-${when:6:2}T${when:8:2}:${when:10:2}:${when:12:2}Z"
+      x=" -X $MINIO_MODULE/cmd.Version=$when -X $MINIO_MODULE/cmd.CopyrightYear=${when:0:4}"
+      x+=" -X $MINIO_MODULE/cmd.ReleaseTag=DEVELOPMENT.${when//:/-} -X $MINIO_MODULE/cmd.CommitID=$c"
+      x+=" -X $MINIO_MODULE/cmd.ShortCommitID=$c"
+      ;;
     promtool) x=" -X github.com/prometheus/common/version.Version=$PROMTOOL_VERSION" ;;
     # The version variables the upstream Makefiles set (kueue/jobset Makefile LD_FLAGS, kwok hack/releases.sh).
     kueue) x=" -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" ;;
@@ -188,6 +205,7 @@ tool_buildflags() {
     # Rule checks and rule tests need no service discovery: drop the optional SD plugins
     # (cloud SDKs). Ref: prometheus README "Building with selected service discovery".
     promtool) echo "-trimpath -mod=readonly -buildvcs=false -tags remove_all_sd" ;;
+    minio) echo "-trimpath -mod=readonly -buildvcs=false -tags kqueue" ;;   # the upstream Makefile's tag
     *) echo "-trimpath -mod=readonly -buildvcs=false" ;;
   esac
 }
@@ -217,6 +235,7 @@ tool_stamp() {
     echo "flags=$(tool_buildflags "$t")"
     tool_bins "$t"
     [[ "$t" != seaweedfs ]] || echo "sum=$SEAWEEDFS_MODSUM"
+    [[ "$t" != minio ]] || echo "sum=$MINIO_MODSUM"
     [[ "$t" != barman-cloud-crd ]] || echo "sum=$BARMAN_CLOUD_MODSUM crd=$BARMAN_CLOUD_CRD blob=$BARMAN_CLOUD_CRD_BLOB"
     if [[ -n "$m" ]]; then echo "module=$m share=$(tool_share "$t")"; fi
     if [[ "$t" == kind ]]; then sha256sum "$TOOLS_SRC/kind-config-check/main.go" | cut -d' ' -f1; fi
@@ -247,6 +266,7 @@ prepare() {
   case "$t" in
     pulumi-kubernetes) prepare_pulumi_kubernetes "$dir" ;;
     seaweedfs) prepare_module_zip "$SEAWEEDFS_MODULE" "$SEAWEEDFS_VERSION" "$SEAWEEDFS_MODSUM" ;;
+    minio) prepare_module_zip "$MINIO_MODULE" "$MINIO_VERSION" "$MINIO_MODSUM" ;;
     kind) prepare_kind "$dir" ;;
     barman-cloud-crd) prepare_module_zip "$BARMAN_CLOUD_MODULE" "$BARMAN_CLOUD_VERSION" "$BARMAN_CLOUD_MODSUM" ;;
     *) echo "$dir" ;;

@@ -162,6 +162,54 @@ def test_the_provisioning_job_runs_restricted_with_the_pinned_image_and_no_token
     assert container["envFrom"] == [{"secretRef": {"name": "object-store-admin"}}]
 
 
+class RefusesLateLock:
+    """A fake S3 whose every bucket exists already, created without object lock (MinIO's answer to adding it)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __getattr__(self, operation: str) -> Any:
+        def call(**kwargs: Any) -> dict[str, Any]:
+            self.calls.append(f"{operation} {kwargs['Bucket']}")
+            if operation == "put_object_lock_configuration":
+                refused = Exception("Object Lock configuration cannot be enabled on existing buckets")
+                refused.response = {"Error": {"Code": "InvalidBucketState"}}  # type: ignore[attr-defined]  # as botocore's
+                raise refused
+            return {}
+        return call
+
+
+def test_a_bucket_that_cannot_get_object_lock_fails_the_job_clearly_after_every_other_step(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainyard.provisioning import object_store as program
+
+    plan = {"buckets": [{"name": "a-datasets", "versioning": True, "objectLock": {"mode": "GOVERNANCE", "days": 30},
+                         "lifecycle": []},
+                        {"name": "a-models", "versioning": True, "objectLock": None, "lifecycle": []}]}
+    s3 = RefusesLateLock()
+    with pytest.raises(program.ProvisioningError) as failed:
+        program.reconcile(plan, {}, s3=s3)
+    assert "bucket a-datasets exists without object lock" in str(failed.value)
+    assert failed.value.log == ["bucket a-datasets: FAILED", "bucket a-models: versioning enabled"]
+    assert "put_bucket_versioning a-models" in s3.calls  # the next bucket is still converged
+    # The Job's command: the log, then one line naming what to change, exit 1 and no traceback.
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    monkeypatch.setattr(program, "s3_client", lambda: s3)
+    assert program.main(["object_store.py", str(tmp_path / "plan.json"), str(tmp_path / "absent.json")]) == 1
+    out = capsys.readouterr()
+    assert out.out.splitlines() == ["bucket a-datasets: FAILED", "bucket a-models: versioning enabled"]
+    assert out.err.startswith("error: bucket a-datasets exists without object lock") and "Traceback" not in out.err
+
+
+def test_minio_identities_without_keys_are_named_not_a_key_error() -> None:
+    from trainyard.provisioning import object_store as program
+
+    plan = {"buckets": [], "identityApi": "minio-admin",
+            "identities": [{"name": "tenant-a", "policy": {}}, {"name": "tenant-b", "policy": {}}]}
+    with pytest.raises(program.ProvisioningError, match="no keys for identities tenant-a, tenant-b"):
+        program.reconcile(plan, {}, s3=RefusesLateLock())
+
+
 def test_no_chart_hook_creates_buckets() -> None:
     for name in ("local", "staging", "prod"):
         for release in rendered(name).concern("object-store").releases:

@@ -13,7 +13,9 @@ re-run whenever its inputs change (its name carries a hash of them).
   Trainyard renders, so for it this step is skipped.
 
 Admin credentials come from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-AWS_ENDPOINT_URL, AWS_DEFAULT_REGION). Output names buckets and identities, never keys.
+AWS_ENDPOINT_URL, AWS_DEFAULT_REGION). Output names buckets and identities, never keys. A bucket
+the server refuses to converge (object lock asked for a bucket created without it) does not stop
+the others or the identities: every step runs, then the program names what failed and exits 1.
 
 Ref: S3 API CreateBucket, PutBucketVersioning, PutObjectLockConfiguration,
 PutBucketLifecycleConfiguration (https://docs.aws.amazon.com/AmazonS3/latest/API/);
@@ -40,6 +42,14 @@ def s3_client() -> Any:
     )
 
 
+class ProvisioningError(Exception):
+    """Something the plan asks that this server cannot do as things stand; the message says what to change."""
+
+    def __init__(self, message: str, log: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.log = log or []  # what was done before and beside the failure
+
+
 def _error_code(exc: Exception) -> str:
     response = getattr(exc, "response", None) or {}
     return str(response.get("Error", {}).get("Code", ""))
@@ -64,10 +74,19 @@ def ensure_bucket(s3: Any, bucket: dict[str, Any]) -> list[str]:
         s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
         done.append("versioning enabled")
     if lock:
-        s3.put_object_lock_configuration(Bucket=name, ObjectLockConfiguration={
-            "ObjectLockEnabled": "Enabled",
-            "Rule": {"DefaultRetention": {"Mode": lock["mode"], "Days": lock["days"]}},
-        })
+        try:
+            s3.put_object_lock_configuration(Bucket=name, ObjectLockConfiguration={
+                "ObjectLockEnabled": "Enabled",
+                "Rule": {"DefaultRetention": {"Mode": lock["mode"], "Days": lock["days"]}},
+            })
+        except Exception as exc:
+            # MinIO: "Object Lock configuration cannot be enabled on existing buckets".
+            if _error_code(exc) != "InvalidBucketState":
+                raise
+            raise ProvisioningError(
+                f"bucket {name} exists without object lock, and this server enables object lock only when a "
+                "bucket is created: copy its data to a new bucket created with object lock, or remove "
+                "object_lock for it from the stack") from None
         done.append(f"object lock {lock['mode']} {lock['days']}d")
     rules = bucket.get("lifecycle") or []
     if rules:
@@ -83,10 +102,14 @@ def ensure_bucket(s3: Any, bucket: dict[str, Any]) -> list[str]:
 
 
 def ensure_minio_identities(plan: dict[str, Any], keys: dict[str, dict[str, str]]) -> list[str]:
+    missing = [i["name"] for i in plan.get("identities", []) if i["name"] not in keys]
+    if missing:
+        raise ProvisioningError(f"no keys for identities {', '.join(missing)} in the identities file "
+                                "(the Secret object-store-provisioning-identities)")
     from urllib.parse import urlparse
 
     from minio import MinioAdmin  # type: ignore[import-untyped,import-not-found,unused-ignore]
-    from minio.credentials import StaticProvider  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    from minio.credentials.providers import StaticProvider  # type: ignore[import-untyped,import-not-found,unused-ignore]
 
     url = urlparse(os.environ["AWS_ENDPOINT_URL"])
     admin = MinioAdmin(endpoint=url.netloc, credentials=StaticProvider(os.environ["AWS_ACCESS_KEY_ID"],
@@ -108,11 +131,20 @@ def ensure_minio_identities(plan: dict[str, Any], keys: dict[str, dict[str, str]
 def reconcile(plan: dict[str, Any], keys: dict[str, dict[str, str]], s3: Any | None = None) -> list[str]:
     """Apply the whole plan; returns one log line per step."""
     s3 = s3 if s3 is not None else s3_client()
-    log = []
+    log, failed = [], []
     for bucket in plan["buckets"]:
-        log.append(f"bucket {bucket['name']}: {', '.join(ensure_bucket(s3, bucket)) or 'unchanged'}")
+        try:
+            log.append(f"bucket {bucket['name']}: {', '.join(ensure_bucket(s3, bucket)) or 'unchanged'}")
+        except ProvisioningError as exc:
+            log.append(f"bucket {bucket['name']}: FAILED")
+            failed.append(str(exc))
     if plan.get("identityApi") == "minio-admin":
-        log += ensure_minio_identities(plan, keys)
+        try:
+            log += ensure_minio_identities(plan, keys)
+        except ProvisioningError as exc:
+            failed.append(str(exc))
+    if failed:
+        raise ProvisioningError("\n".join(failed), log)
     return log
 
 
@@ -126,7 +158,15 @@ def main(argv: list[str]) -> int:
     if os.path.exists(argv[2]):
         with open(argv[2], encoding="utf-8") as f:
             keys = {i["name"]: i for i in json.load(f)}
-    for line in reconcile(plan, keys):
+    try:
+        lines = reconcile(plan, keys)
+    except ProvisioningError as exc:
+        for line in exc.log:
+            print(line, flush=True)
+        for problem in str(exc).splitlines():
+            print(f"error: {problem}", file=sys.stderr)
+        return 1
+    for line in lines:
         print(line, flush=True)
     return 0
 
