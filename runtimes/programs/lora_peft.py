@@ -491,10 +491,12 @@ def provenance_tags(settings: Settings, places: Places, dataset_source: str, mod
         "trainyard.runtime.image": env("TRAINYARD_RUNTIME_IMAGE", "unrecorded"),
         # The processes that trained (torchrun's WORLD_SIZE): the effective batch is micro batch x accumulation x this.
         "trainyard.world_size": str(world),
-        # Empty where the pod has no such annotation or label (the downward API then gives ""). No flavor: Kueue
-        # puts the ResourceFlavor's name on no pod field; the Workload named here records it (docs/lab.md).
+        # Empty where the pod has no such annotation or label (the downward API then gives ""). The flavor is
+        # the platform's trainyard.dev/kueue-flavor annotation, derived from the nodeSelector Kueue gives the
+        # pod; the Workload named here records Kueue's own word on it (docs/lab.md).
         "trainyard.kueue.workload": env("TRAINYARD_KUEUE_WORKLOAD") or "unrecorded",
         "trainyard.kueue.queue": env("TRAINYARD_KUEUE_QUEUE") or "unrecorded",
+        "trainyard.kueue.flavor": env("TRAINYARD_KUEUE_FLAVOR") or "unrecorded",
     }
 
 

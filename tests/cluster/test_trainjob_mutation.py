@@ -19,6 +19,7 @@ import yaml
 from tests.cluster.conftest import Cluster, bare_api_server
 from tests.conftest import rendered, stack
 from trainyard import catalog
+from trainyard.manifests import admission
 from trainyard.manifests.meta import PRIORITY_CLASS_LABEL, TENANT_LABEL
 from trainyard.rehearsal.kube import wait_until
 
@@ -32,7 +33,10 @@ def mutation_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clust
     platform = rendered(STACK)
     crds = [c for c in platform.crds if c["spec"]["group"] == catalog.TRAINER_API.split("/")[0]]
     namespaces = [o for o in platform.objects if o["kind"] == "Namespace" and TENANT_LABEL in o["metadata"]["labels"]]
-    mutating = [o for o in platform.concern("admission").objects if o["kind"].startswith("MutatingAdmissionPolicy")]
+    # The pod policy has its own test (test_kueue_flavor_annotation.py): it would mutate nothing of a TrainJob.
+    mutating = [o for o in platform.concern("admission").objects if o["kind"].startswith("MutatingAdmissionPolicy")
+                and o["metadata"]["name"] != admission.KUEUE_FLAVOR_POLICY
+                and o.get("spec", {}).get("policyName") != admission.KUEUE_FLAVOR_POLICY]
     assert len(mutating) == 4, [o["metadata"]["name"] for o in mutating]
     with bare_api_server(tmp_path_factory, "trainjob-mutation") as cluster:
         cluster.kubectl("apply", "--server-side", "--field-manager=trainyard", "-f", "-",

@@ -14,8 +14,8 @@ digest, licence, classification, and the base model's), and the MLflow run must 
 
 What stands in for the cluster: each "attempt" is a fresh pod: the dataset and model initializers'
 download (every current object under the storageUri, as Trainer's S3 initializers do, so the dataset
-directory holds the NEWER version) into a fresh directory, then the program. The Kueue workload and
-queue reach the program as the environment the runtime wiring sets; here they are stand-in values.
+directory holds the NEWER version) into a fresh directory, then the program. The Kueue workload, queue
+and flavor reach the program as the environment the runtime wiring sets; here they are stand-in values.
 The S3 server holds exactly the rendered identities and the buckets the provisioning program makes from
 the rendered plan (the dataplane fixtures); every S3 call here is the tenant's: its rendered
 ``trainyard-object-store`` Secret, filled with the test's keys.
@@ -238,8 +238,10 @@ def _provenance_env(namespace: str, workload: str) -> dict[str, str]:
         "TRAINYARD_RUNTIME_IMAGE": _runtime_image(),
         "TRAINYARD_CODE_VERSION": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                                                  text=True, check=False).stdout.strip() or "unknown",
-        # Stand-ins for what the runtime wiring reads from the pod (Kueue's annotation and the queue label).
-        "TRAINYARD_KUEUE_WORKLOAD": workload, "TRAINYARD_KUEUE_QUEUE": "default"}
+        # Stand-ins for what the runtime wiring reads from the pod (Kueue's annotation, the queue label, and the
+        # flavor annotation the platform's admission policy writes: one of the stack's pools).
+        "TRAINYARD_KUEUE_WORKLOAD": workload, "TRAINYARD_KUEUE_QUEUE": "default",
+        "TRAINYARD_KUEUE_FLAVOR": stack(STACK).config.gpu_pools[0].name}
 
 
 def _files(directory: Path) -> list[str]:
@@ -400,7 +402,7 @@ def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_promote_and_ser
         assert tags["trainyard.code.version"] == provenance_env["TRAINYARD_CODE_VERSION"]
         assert tags["trainyard.code.program_sha256"] == hashlib.sha256(PROGRAM.read_bytes()).hexdigest()
         assert tags["trainyard.kueue.workload"] == "trainjob-lab-sft-3f2a1" and tags["trainyard.kueue.queue"] == "default"
-        assert "trainyard.kueue.flavor" not in tags  # no pod field carries it (docs/lab.md: find it from the Workload)
+        assert tags["trainyard.kueue.flavor"] == provenance_env["TRAINYARD_KUEUE_FLAVOR"]
         assert tags["trainyard.world_size"] == "1"
         assert run["params"]["lora_rank"] == "4" and run["params"]["grad_accumulation"] == "2"
         assert "adapter/adapter_model.safetensors" in run["artifacts"]

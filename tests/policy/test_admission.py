@@ -7,15 +7,17 @@ cluster tier applies the same objects to a real kube-apiserver.
 
 from __future__ import annotations
 
+import copy
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import STACKS, needs_crds, rendered, stack
+from tests.conftest import ROOT, STACKS, needs_crds, rendered, stack
 from tests.policy.cases import GOOD_IMAGE, TENANT_NS, container, pod, trainjob, with_change
 from trainyard.manifests import admission
-from trainyard.manifests.meta import QUEUE_NAME_LABEL, TENANT_LABEL
+from trainyard.manifests.meta import KUEUE_FLAVOR_ANNOTATION, QUEUE_NAME_LABEL, TENANT_LABEL
 from trainyard.schemas import Validator
 
 KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
@@ -135,3 +137,100 @@ def test_cel_lets_an_allowed_tenant_define_and_use_its_own_runtimes() -> None:
 def test_cel_list_literals_escape_quotes() -> None:
     assert admission.cel_list(("a", 'b"c')) == '["a", "b\\"c"]'
     assert GOOD_IMAGE.startswith(stack("prod").config.runtimes.approved_registries[0])
+
+
+# ---- trainyard-pod-kueue-flavor (a MutatingAdmissionPolicy) ----
+
+SHARING = ROOT / "tests" / "fixtures" / "stacks" / "Pulumi.gpu-sharing.yaml"
+
+
+def mutate(policy: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` after a JSONPatch mutation: variables, then the patch expression, then the patches applied.
+
+    cel-python has no ``JSONPatch`` type (a Kubernetes addition to CEL): each ``JSONPatch{op: ..}`` is read as
+    the map ``{"op": ..}``, which has the same fields. The cluster tier runs the policy itself."""
+    celpy = pytest.importorskip("celpy", reason="cel-python is not installed (dev dependency for CEL checks)")
+    env = celpy.Environment()
+    variables: dict[str, Any] = {}
+
+    def evaluate(expression: str) -> Any:
+        activation = {"object": obj, "variables": variables}
+        return _plain(env.program(env.compile(expression)).evaluate(
+            {k: celpy.json_to_cel(v) for k, v in activation.items()}))
+
+    for variable in policy["spec"].get("variables", []):
+        variables[variable["name"]] = evaluate(variable["expression"])
+    expression = policy["spec"]["mutations"][0]["jsonPatch"]["expression"]
+    expression = re.sub(r"JSONPatch\{op: ", '{"op": ', expression)
+    expression = expression.replace(", path: ", ', "path": ').replace(", value: ", ', "value": ')
+    out = copy.deepcopy(obj)
+    for patch in evaluate(expression):
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in patch["path"].split("/")[1:]]
+        target = out
+        for part in parents:
+            target = target[part]
+        if patch["op"] == "add":
+            target[last] = patch["value"]
+        else:
+            assert patch["op"] == "remove", patch
+            del target[last]
+    return out
+
+
+def flavor_policy(config: Any = None) -> dict[str, Any]:
+    policy, binding = admission.kueue_flavor_policy(config if config is not None else stack(str(SHARING)).config)
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"] == admission.KUEUE_FLAVOR_POLICY
+    return policy
+
+
+def annotations(obj: dict[str, Any]) -> dict[str, str]:
+    return dict(obj["metadata"].get("annotations") or {})
+
+
+def test_the_flavor_policy_knows_every_flavor_with_node_labels_from_the_rendered_resource_flavors() -> None:
+    config = stack(str(SHARING)).config
+    flavors = {o["metadata"]["name"]: o["spec"].get("nodeLabels") for o in rendered(str(SHARING)).by_kind("ResourceFlavor")}
+    # Whole-GPU, MIG, mixed MIG and time-sliced pools; the slice budget's flavor has no labels (it would match any pod).
+    assert set(flavors) == {"h100", "h200-mig", "h100-mixed", "l40s-shared", "mig-slices"}
+    assert admission.flavor_node_labels(config) == {k: v for k, v in flavors.items() if v}
+    policy = flavor_policy(config)
+    assert policy["spec"]["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}]
+    assert admission.mutating_binding_for(policy) in admission.build(config).objects
+
+
+@pytest.mark.parametrize("flavor", ["h100", "h200-mig", "h100-mixed", "l40s-shared"])
+def test_cel_names_the_one_flavor_whose_node_labels_the_pods_node_selector_holds(flavor: str) -> None:
+    labels = admission.flavor_node_labels(stack(str(SHARING)).config)[flavor]
+    mutated = mutate(flavor_policy(), pod(nodeSelector={**labels, "kubernetes.io/arch": "amd64"}))
+    assert annotations(mutated) == {KUEUE_FLAVOR_ANNOTATION: flavor}
+    # Annotations the pod has are kept; one it set to another flavor is corrected.
+    given = with_change(pod(nodeSelector=labels), "metadata.annotations", {"team": "x", KUEUE_FLAVOR_ANNOTATION: "h100"
+                                                                          if flavor != "h100" else "l40s-shared"})
+    assert annotations(mutate(flavor_policy(), given)) == {"team": "x", KUEUE_FLAVOR_ANNOTATION: flavor}
+
+
+def test_cel_names_no_flavor_for_a_pod_no_flavor_selects() -> None:
+    policy = flavor_policy()
+    for unmatched in (pod(), pod(nodeSelector={"kubernetes.io/arch": "amd64"}),
+                      pod(nodeSelector={"trainyard.dev/pool": "h100-other"})):
+        assert annotations(mutate(policy, unmatched)) == {}
+    # One the pod was created with says nothing the platform derived: it is removed.
+    spoofed = with_change(pod(), "metadata.annotations", {"team": "x", KUEUE_FLAVOR_ANNOTATION: "h100"})
+    assert annotations(mutate(policy, spoofed)) == {"team": "x"}
+
+
+def test_cel_names_no_flavor_where_the_node_selector_holds_two_flavors_labels() -> None:
+    config = stack(str(SHARING)).config
+    # h100-mixed's labels are a superset of h100's: a pod on h100-mixed nodes satisfies both flavors' labels.
+    pools = [p.model_copy(update={"node_labels": {"trainyard.dev/pool": "h100", "trainyard.dev/mig": "mixed"}})
+             if p.name == "h100-mixed" else p for p in config.gpu_pools]
+    policy = flavor_policy(config.model_copy(update={"gpu_pools": tuple(pools)}))
+    both = pod(nodeSelector={"trainyard.dev/pool": "h100", "trainyard.dev/mig": "mixed"})
+    assert annotations(mutate(policy, both)) == {}
+    assert annotations(mutate(policy, pod(nodeSelector={"trainyard.dev/pool": "h100"}))) == {KUEUE_FLAVOR_ANNOTATION: "h100"}
+
+
+def test_no_flavor_policy_without_a_flavor_that_has_node_labels() -> None:
+    config = stack("prod").config
+    assert admission.kueue_flavor_policy(config.model_copy(update={"gpu_pools": ()})) == []

@@ -119,3 +119,19 @@ def test_runtime_name_must_match_its_file(tmp_path: Path) -> None:
     bad.write_text((ROOT / "runtimes" / "torch-distributed.yaml").read_text())
     with pytest.raises(RuntimeFileError, match="must equal the file name 'other'"):
         runtimes.load_runtime(bad, config)
+
+
+@pytest.mark.parametrize("name", ["local", "prod"])
+def test_every_runtime_container_reads_its_kueue_flavor_from_the_annotation_the_admission_policy_writes(name: str) -> None:
+    from trainyard.manifests import admission
+    from trainyard.manifests.meta import KUEUE_FLAVOR_ANNOTATION
+
+    field = {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{KUEUE_FLAVOR_ANNOTATION}']"}
+    for runtime in rendered(name).concern("runtimes").objects:
+        for path, container in runtimes.containers_of(runtime):
+            flavor = [e for e in container["env"] if e["name"] == "TRAINYARD_KUEUE_FLAVOR"]
+            assert flavor == [{"name": "TRAINYARD_KUEUE_FLAVOR", "valueFrom": {"fieldRef": field}}], (
+                runtime["metadata"]["name"], path)
+    policy, _ = admission.kueue_flavor_policy(stack(name).config)
+    escaped = KUEUE_FLAVOR_ANNOTATION.replace("/", "~1")
+    assert f'"/metadata/annotations/{escaped}"' in policy["spec"]["mutations"][0]["jsonPatch"]["expression"]

@@ -30,6 +30,9 @@ Policies (each bound to every namespace labelled ``trainyard.dev/tenant``):
   ``spec.initializer.{dataset,model}.env`` from a new TrainJob (see ``initializer_env_policy``).
 - ``trainyard-trainjob-default-priority`` (a MutatingAdmissionPolicy): a new TrainJob without a
   priority class label gets its tenant's ``default_priority_class`` (see ``default_priority_policy``).
+- ``trainyard-pod-kueue-flavor`` (a MutatingAdmissionPolicy): a new pod whose ``nodeSelector`` holds the node
+  labels of exactly one ResourceFlavor gets the annotation ``trainyard.dev/kueue-flavor`` naming it (see
+  ``kueue_flavor_policy``).
 
 CEL is kept to plain comparisons, ``in``, ``exists``/``all`` and ``startsWith`` so that it reads
 like the rule it states. The values (registries, runtimes, tenants) are list literals rendered
@@ -52,9 +55,11 @@ from trainyard.config.lineage import (
     RECORDED_MODEL_ENV,
 )
 from trainyard.config.model import PlatformConfig
+from trainyard.manifests import kueue
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import (
     DEFAULT_LOCAL_QUEUE,
+    KUEUE_FLAVOR_ANNOTATION,
     PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
     TENANT_LABEL,
@@ -334,16 +339,72 @@ def default_priority_policy(config: PlatformConfig) -> list[Manifest]:
     return [policy, mutating_binding_for(policy)]
 
 
+KUEUE_FLAVOR_POLICY = "trainyard-pod-kueue-flavor"
+
+
+def flavor_node_labels(config: PlatformConfig) -> dict[str, dict[str, str]]:
+    """By flavor name, the ``nodeLabels`` of each ResourceFlavor the stack renders that has any (the slice
+    budget's has none: it is not a place, and an empty label set would match every pod)."""
+    out: dict[str, dict[str, str]] = {}
+    for flavor in kueue.resource_flavors(config):
+        labels = flavor["spec"].get("nodeLabels") or {}
+        if labels:
+            out[flavor["metadata"]["name"]] = dict(labels)
+    return out
+
+
+def kueue_flavor_policy(config: PlatformConfig) -> list[Manifest]:
+    """A MutatingAdmissionPolicy that names a new pod's ResourceFlavor in the annotation ``trainyard.dev/kueue-flavor``.
+
+    Why: Kueue v0.19.2 tells a pod its flavor only by merging the flavor's ``nodeLabels`` (and tolerations)
+    into the pod template's ``nodeSelector`` when it admits the workload; no label, annotation or variable
+    names the flavor, and the downward API cannot read ``spec.nodeSelector``. The runtimes read this
+    annotation as ``TRAINYARD_KUEUE_FLAVOR`` (runtimes.py), so the MLflow run records where it ran.
+    The annotation is set where the pod's ``nodeSelector`` holds every node label of exactly one flavor;
+    with no such flavor, or more than one, the pod has none (one it was created with is removed, so the
+    annotation only ever states what this policy derived). The flavors are a CEL map literal rendered from
+    the same ResourceFlavors the queueing concern renders (``kueue.resource_flavors``).
+    Ref: https://kueue.sigs.k8s.io/docs/concepts/resource_flavor/ (nodeLabels)
+    """
+    flavors = flavor_node_labels(config)
+    if not flavors:
+        return []
+    key = json.dumps(KUEUE_FLAVOR_ANNOTATION)
+    path = "/metadata/annotations/" + KUEUE_FLAVOR_ANNOTATION.replace("~", "~0").replace("/", "~1")  # RFC 6901
+    has_key = f"has(object.metadata.annotations) && {key} in object.metadata.annotations"
+    # As for the default priority: add the map first where the pod has no annotations, never a map with the key in it.
+    expression = ("size(variables.matches) == 1 ? (has(object.metadata.annotations) ? [] : "
+                  '[JSONPatch{op: "add", path: "/metadata/annotations", value: {}}]) + '
+                  f'[JSONPatch{{op: "add", path: "{path}", value: variables.matches[0]}}] : '
+                  f'({has_key} ? [JSONPatch{{op: "remove", path: "{path}"}}] : [])')
+    rule = {**_rule("", "v1", "pods"), "operations": ["CREATE"]}
+    policy = {"apiVersion": API, "kind": "MutatingAdmissionPolicy", "metadata": metadata(KUEUE_FLAVOR_POLICY),
+              "spec": {"failurePolicy": "Fail", "reinvocationPolicy": "IfNeeded",
+                       "matchConstraints": {"resourceRules": [rule]},
+                       "variables": [
+                           # JSON objects of strings are CEL map literals.
+                           {"name": "flavors", "expression": json.dumps(flavors, sort_keys=True)},
+                           {"name": "nodeSelector", "expression": "has(object.spec.nodeSelector)"
+                                                                  " ? object.spec.nodeSelector : {}"},
+                           {"name": "matches", "expression": "variables.flavors.filter(f, variables.flavors[f].all(k,"
+                                                             " k in variables.nodeSelector"
+                                                             " && variables.nodeSelector[k] == variables.flavors[f][k]))"},
+                       ],
+                       "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}]}}
+    return [policy, mutating_binding_for(policy)]
+
+
 def build(config: PlatformConfig) -> Concern:
     """Admission: the ValidatingAdmissionPolicies that guard tenant namespaces, and their bindings;
-    the MutatingAdmissionPolicies that keep SDK-written TrainJobs startable under Kueue and give
-    unlabelled TrainJobs their tenant's default priority class."""
+    the MutatingAdmissionPolicies that keep SDK-written TrainJobs startable under Kueue, give
+    unlabelled TrainJobs their tenant's default priority class, and name a pod's Kueue flavor."""
     out: list[Manifest] = []
     if config.security.admission.enabled:
         for policy in policies(config):
             out += [policy, binding_for(policy)]
         out += initializer_env_policy()
         out += default_priority_policy(config)
+        out += kueue_flavor_policy(config)
     return Concern("admission", objects=tuple(out))
 
 

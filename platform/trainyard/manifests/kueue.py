@@ -322,13 +322,23 @@ def mig_slice_flavor() -> Manifest:
     return {"apiVersion": API, "kind": "ResourceFlavor", "metadata": metadata(MIG_SLICE_FLAVOR), "spec": {}}
 
 
+def resource_flavors(config: PlatformConfig) -> list[Manifest]:
+    """Every ResourceFlavor of the stack: one per GPU pool, and the slice budget's where the budget is on.
+
+    The one source of the flavors' ``nodeLabels``: the queueing concern renders these objects, and the
+    flavor annotation policy (admission.py) matches pods against the same labels.
+    """
+    flavors = [resource_flavor(config, pool) for pool in config.gpu_pools]
+    if config.kueue.mig_slice_budget:
+        flavors.append(mig_slice_flavor())
+    return flavors
+
+
 def build(config: PlatformConfig) -> Concern:
     """Queueing: every cluster-scoped Kueue object of the stack, and each tenant's LocalQueue."""
     objects: list[Manifest] = []
     objects += topology(config)
-    objects += [resource_flavor(config, pool) for pool in config.gpu_pools]
-    if config.kueue.mig_slice_budget:
-        objects.append(mig_slice_flavor())
+    objects += resource_flavors(config)
     objects += [cohort(config, c.name) for c in config.cohorts]
     objects += workload_priority_classes(config)
     objects += [cluster_queue_for(config, tenant) for tenant in config.tenants]

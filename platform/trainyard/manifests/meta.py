@@ -11,6 +11,9 @@ TENANT_LABEL = "trainyard.dev/tenant"
 APPROVED_RUNTIME_LABEL = "trainyard.dev/approved-runtime"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+# The ResourceFlavor a pod was admitted to, written by the flavor annotation policy (admission.py) and read by
+# the runtimes' TRAINYARD_KUEUE_FLAVOR. Kueue itself names the flavor on no pod field.
+KUEUE_FLAVOR_ANNOTATION = "trainyard.dev/kueue-flavor"
 
 # KServe labels every pod of an InferenceService with its name (constants.InferenceServicePodLabelKey;
 # pkg/controller/v1beta1/inferenceservice/components/predictor.go at v0.20.0): the way to select predictor pods.

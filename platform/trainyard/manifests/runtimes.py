@@ -26,6 +26,7 @@ from trainyard.manifests import object_store
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import (
     APPROVED_RUNTIME_LABEL,
+    KUEUE_FLAVOR_ANNOTATION,
     MANAGED_BY,
     MLFLOW_SECRET,
     OBJECT_STORE_SECRET,
@@ -199,7 +200,8 @@ def buckets_configmap(config: PlatformConfig, tenant_name: str, namespace: str) 
 
 
 def provenance_wiring(runtime: Manifest) -> None:
-    """What a training program records about where it ran: runtime name, its pinned image, namespace, Kueue workload.
+    """What a training program records about where it ran: runtime name, its pinned image, namespace, Kueue
+    workload, queue and flavor.
 
     The image is the container's own reference as rendered (pinned by digest), so the MLflow run names
     exactly what ran; the rest comes from the pod through the downward API.
@@ -215,11 +217,14 @@ def provenance_wiring(runtime: Manifest) -> None:
                 "apiVersion": "v1", "fieldPath": f"metadata.annotations['{KUEUE_WORKLOAD_ANNOTATION}']"}}},
             {"name": "TRAINYARD_KUEUE_QUEUE", "valueFrom": {"fieldRef": {
                 "apiVersion": "v1", "fieldPath": f"metadata.labels['{QUEUE_NAME_LABEL}']"}}},
+            # Written by the flavor annotation policy (admission.py) from the nodeSelector Kueue gives the pod.
+            {"name": "TRAINYARD_KUEUE_FLAVOR", "valueFrom": {"fieldRef": {
+                "apiVersion": "v1", "fieldPath": f"metadata.annotations['{KUEUE_FLAVOR_ANNOTATION}']"}}},
             *env]
 
 
 _PROVENANCE_ENV = frozenset({"TRAINYARD_RUNTIME_NAME", "TRAINYARD_RUNTIME_IMAGE", "TRAINYARD_NAMESPACE",
-                             "TRAINYARD_KUEUE_WORKLOAD", "TRAINYARD_KUEUE_QUEUE"})
+                             "TRAINYARD_KUEUE_WORKLOAD", "TRAINYARD_KUEUE_QUEUE", "TRAINYARD_KUEUE_FLAVOR"})
 
 
 def approved_runtime(config: PlatformConfig, source: Manifest) -> Manifest:
