@@ -76,6 +76,11 @@ class RenderedPlatform:
     concerns: tuple[Concern, ...]
     given_crds: tuple[Manifest, ...] = ()
 
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the parsed CRDs: the sources carry the verified files, and the receiving side parses
+        them again (sharing one document per file inside ``crds.read_only_documents``)."""
+        return {key: value for key, value in self.__dict__.items() if key != "crds"}
+
     @cached_property
     def crds(self) -> tuple[Manifest, ...]:
         """The CRD documents, parsed once (the same objects on every call)."""

@@ -10,6 +10,7 @@ Ref: https://kueue.sigs.k8s.io/docs/concepts/ and the v0.19.2 CRDs in ../shared/
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -31,6 +32,19 @@ MIG_SLICE_FLAVOR = "mig-slices"
 WEBHOOK_SERVICE = "kueue-webhook-service"
 
 
+@dataclass(frozen=True)
+class ConversionWebhook:
+    """The patch that points one converted Kueue CRD at Kueue's conversion webhook in ``namespace``.
+
+    A value, not a closure: a rendered platform (its CRD sources with their patches) pickles, which is how
+    ``trainyard diff`` brings the base side back from the process that prepared it (review/beside.py)."""
+
+    namespace: str
+
+    def __call__(self, crd: Manifest) -> Manifest:
+        return {**crd, "spec": {"conversion": _conversion_webhook(self.namespace), **crd["spec"]}}
+
+
 def conversion_patches(config: PlatformConfig) -> dict[str, Callable[[Manifest], Manifest]]:
     """By CRD name, what Trainyard changes in Kueue's CRDs: the converted ones call Kueue's conversion webhook,
     as upstream installs them.
@@ -46,11 +60,7 @@ def conversion_patches(config: PlatformConfig) -> dict[str, Callable[[Manifest],
     """
     if "kueue" in config.rehearsal.external_controllers:
         return {}
-    namespace = catalog.release("kueue", config.versions.kueue).namespace
-
-    def patch(crd: Manifest) -> Manifest:
-        return {**crd, "spec": {"conversion": _conversion_webhook(namespace), **crd["spec"]}}
-
+    patch = ConversionWebhook(catalog.release("kueue", config.versions.kueue).namespace)
     return {f"{plural}.kueue.x-k8s.io": patch for plural in catalog.KUEUE_CONVERTED_CRDS}
 
 

@@ -279,11 +279,11 @@ def _side(label: str, stack: Stack, render: Renderer) -> Side:
 
 
 def _prepared_side(label: str, stack: Stack, render: Renderer, evaluator: Evaluator | None) -> Side:
-    """A side whose policy results are worked out with it, as plain data (it may cross a process boundary)."""
+    """A side whose policy results are worked out with it: plain data that may cross a process boundary (a rendered
+    platform pickles without its parsed CRDs, which the receiving side shares with its own)."""
     rendered = render(stack)
-    flat = RenderedPlatform.flat(rendered.crds, rendered.objects, rendered.releases)
     findings = tuple(as_result(f) for f in evaluator(stack.config, rendered)) if evaluator is not None else None
-    return Side(label, stack.config, flat, findings)
+    return Side(label, stack.config, rendered, findings)
 
 
 @dataclass(frozen=True)
@@ -330,8 +330,9 @@ def review_against_revision(stack: str, rev: str, root: Path, *, evaluator: Eval
             base.discard()
             raise
         prepared = base.result()
-    return review_platforms(prepared.side, head, title=f"{head_stack.name}: {resolved.label} -> work tree",
-                            evaluator=evaluator, notes=prepared.notes, marker=f"trainyard-diff:{head_stack.name}")
+        # Inside the same read_only_documents: the base's CRDs are parsed into the documents the head's share.
+        return review_platforms(prepared.side, head, title=f"{head_stack.name}: {resolved.label} -> work tree",
+                                evaluator=evaluator, notes=prepared.notes, marker=f"trainyard-diff:{head_stack.name}")
 
 
 def review_against_stack(stack: str, against: str, root: Path, *, evaluator: Evaluator | None = None,
