@@ -11,24 +11,18 @@ shadow the minio SDK for anything that puts ``tests/`` on ``sys.path``.)
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.seaweedfs import free_port
+from tests import loopback
+from tests.loopback import free_port
 
 
 def minio_binary() -> Path | None:
     """``TRAINYARD_MINIO`` (a minio built elsewhere), else the one ``tools/build.sh minio`` caches, else PATH."""
-    if os.environ.get("TRAINYARD_MINIO"):
-        return Path(os.environ["TRAINYARD_MINIO"])
-    tools = Path(os.environ.get("TRAINYARD_TOOLS_DIR", Path.home() / ".cache" / "trainyard" / "tools"))
-    candidate = tools / "bin" / "minio"
-    found = candidate if candidate.is_file() else shutil.which("minio")
-    return Path(found) if found else None
+    return loopback.tool_binary("TRAINYARD_MINIO", "minio")
 
 
 @contextmanager
@@ -46,26 +40,10 @@ def minio_server(work: Path, root_user: str, root_password: str) -> Iterator[tup
     args = [str(minio), "server", "--quiet", "--address", f"127.0.0.1:{port}",
             "--console-address", f"127.0.0.1:{console}", str(data)]
     log = work / "minio.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=work, env=env)
-        try:
-            yield f"http://127.0.0.1:{port}", proc, log
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    with loopback.running(args, log, cwd=work, env=env) as proc:
+        yield f"http://127.0.0.1:{port}", proc, log
 
 
 def until_ready(attempt: Callable[[], object], proc: subprocess.Popen[bytes], log: Path, timeout: float = 180) -> None:
     """Repeat ``attempt`` (a real S3 request) until it succeeds; fail with the server's log if it never does."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            attempt()
-            return
-        except Exception as exc:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"minio did not answer ({exc}):\n{log.read_text(errors='replace')[-3000:]}") from None
-            time.sleep(1)
+    loopback.until_ready("minio", attempt, proc, log, timeout)

@@ -8,30 +8,18 @@ callers wait with ``until_ready`` on a real request.
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests import loopback
+from tests.loopback import free_port
+
 
 def weed_binary() -> Path | None:
     """``TRAINYARD_WEED`` (a weed built elsewhere), else the one ``tools/build.sh seaweedfs`` caches, else PATH."""
-    if os.environ.get("TRAINYARD_WEED"):
-        return Path(os.environ["TRAINYARD_WEED"])
-    tools = Path(os.environ.get("TRAINYARD_TOOLS_DIR", Path.home() / ".cache" / "trainyard" / "tools"))
-    candidate = tools / "bin" / "weed"
-    found = candidate if candidate.is_file() else shutil.which("weed")
-    return Path(found) if found else None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return loopback.tool_binary("TRAINYARD_WEED", "weed")
 
 
 @contextmanager
@@ -52,27 +40,10 @@ def weed_mini(work: Path, identities_json: str) -> Iterator[tuple[str, subproces
             *(f"-{flag}={port}" for flag, port in ports.items()),
             *(f"-{flag}.grpc={free_port()}" for flag in ports)]
     log = work / "weed.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=work)
-        try:
-            yield f"http://127.0.0.1:{s3_port}", proc, log
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    with loopback.running(args, log, cwd=work) as proc:
+        yield f"http://127.0.0.1:{s3_port}", proc, log
 
 
 def until_ready(attempt: Callable[[], object], proc: subprocess.Popen[bytes], log: Path, timeout: float = 180) -> None:
     """Repeat ``attempt`` (a real S3 request) until it succeeds; fail with the server's log if it never does."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            attempt()
-            return
-        except Exception as exc:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                detail = getattr(exc, "stderr", None) or exc
-                raise RuntimeError(f"weed did not answer ({detail}):\n{log.read_text(errors='replace')[-3000:]}") from None
-            time.sleep(1)
+    loopback.until_ready("weed", attempt, proc, log, timeout)

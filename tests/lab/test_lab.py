@@ -67,7 +67,7 @@ from tests.dataplane.test_mlflow_server import (  # noqa: F401 - module-scoped f
     tenants,
     workdir,
 )
-from tests.seaweedfs import free_port
+from tests.loopback import free_port
 from tests.serving import promotion
 from tests.serving.conftest import serving_python
 from trainyard.config.lineage import Lineage
