@@ -28,10 +28,10 @@ from urllib.parse import urlparse
 import pytest
 
 from tests.conftest import needs_crds, rendered, stack
+from tests.dataplane.s3_probe import SEED_KEY, attempt, stand_in_keys
 from tests.minio_server import minio_binary, minio_server, until_ready
-from trainyard.components.generated import generate
 from trainyard.manifests import object_store
-from trainyard.manifests.generated import names_in, substitute
+from trainyard.manifests.generated import substitute
 from trainyard.provisioning.object_store import ProvisioningError, reconcile
 
 pytestmark = [pytest.mark.dataplane, needs_crds]
@@ -61,10 +61,7 @@ def rendered_object(kind: str, name: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def keys() -> dict[str, str]:
     """Test stand-ins for the deploy-time generated values, made the way the component makes them."""
-    platform = rendered(STACK)
-    names = sorted({n for o in platform.all_objects for n in names_in(o)})
-    specs = {v.name: v for c in platform.concerns for v in c.generated}
-    return {n: generate(specs[n].length, specs[n].alphabet) for n in names}
+    return stand_in_keys(rendered(STACK))
 
 
 @dataclass(frozen=True)
@@ -168,19 +165,6 @@ def provisioned(server: Server, keys: dict[str, str], tmp_path_factory: pytest.T
     return {"first": first, "second": second, "after_first": after_first, "after_second": server_state(server, keys)}
 
 
-def attempt(s3: Any, operation: str, bucket: str) -> str:
-    try:
-        if operation == "list":
-            s3.list_objects_v2(Bucket=bucket)
-        elif operation == "put":
-            s3.put_object(Bucket=bucket, Key="probe/object.txt", Body=b"probe")
-        elif operation == "get":
-            s3.get_object(Bucket=bucket, Key="seed/object.txt")["Body"].read()
-        return "allowed"
-    except ClientError as exc:
-        return f"denied ({exc.response['Error']['Code']})"
-
-
 def test_each_identity_reaches_its_own_buckets_and_is_denied_the_others(server: Server, keys: dict[str, str],
                                                                        provisioned: dict[str, Any]) -> None:
     config = stack(STACK).config
@@ -188,7 +172,7 @@ def test_each_identity_reaches_its_own_buckets_and_is_denied_the_others(server: 
     buckets = [b["name"] for b in plan["buckets"]]
     admin = server.s3()
     for bucket in buckets:
-        admin.put_object(Bucket=bucket, Key="seed/object.txt", Body=b"seed")
+        admin.put_object(Bucket=bucket, Key=SEED_KEY, Body=b"seed")
     rows, wrong = [], []
     # Tenants (read-write on their three buckets), their serving identities (read-only on models), services.
     for identity in object_store.identities(config):

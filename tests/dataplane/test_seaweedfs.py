@@ -17,18 +17,17 @@ from typing import Any
 import pytest
 
 from tests.conftest import needs_crds, rendered, stack
+from tests.dataplane.s3_probe import SEED_KEY, attempt, stand_in_keys
 from tests.seaweedfs import until_ready, weed_binary, weed_mini
-from trainyard.components.generated import generate
 from trainyard.config.object_store import PURPOSES
 from trainyard.manifests import object_store
-from trainyard.manifests.generated import names_in, substitute
+from trainyard.manifests.generated import substitute
 from trainyard.provisioning.object_store import reconcile
 
 pytestmark = [pytest.mark.dataplane, needs_crds]
 
 boto3 = pytest.importorskip("boto3")
 from botocore.client import Config  # noqa: E402
-from botocore.exceptions import ClientError  # noqa: E402
 
 STACK = "local"
 
@@ -43,10 +42,7 @@ def client(endpoint: str, access_key: str | None, secret_key: str | None) -> Any
 @pytest.fixture(scope="module")
 def keys() -> dict[str, str]:
     """Test stand-ins for the deploy-time generated values, made the way the component makes them."""
-    platform = rendered(STACK)
-    names = sorted({n for o in platform.all_objects for n in names_in(o)})
-    specs = {v.name: v for c in platform.concerns for v in c.generated}
-    return {n: generate(specs[n].length, specs[n].alphabet) for n in names}
+    return stand_in_keys(rendered(STACK))
 
 
 @pytest.fixture(scope="module")
@@ -89,19 +85,6 @@ def tenant_client(server: str, keys: dict[str, str], tenant: str) -> Any:
     return client(server, keys[identity.access_key.name], keys[identity.secret_key.name])
 
 
-def attempt(s3: Any, operation: str, bucket: str) -> str:
-    try:
-        if operation == "list":
-            s3.list_objects_v2(Bucket=bucket)
-        elif operation == "put":
-            s3.put_object(Bucket=bucket, Key="probe/object.txt", Body=b"probe")
-        elif operation == "get":
-            s3.get_object(Bucket=bucket, Key="seed/object.txt")["Body"].read()
-        return "allowed"
-    except ClientError as exc:
-        return f"denied ({exc.response['Error']['Code']})"
-
-
 def test_each_tenant_reaches_its_own_buckets_and_is_denied_the_others(server: str, keys: dict[str, str],
                                                                      provisioned: list[str]) -> None:
     config = stack(STACK).config
@@ -109,7 +92,7 @@ def test_each_tenant_reaches_its_own_buckets_and_is_denied_the_others(server: st
     buckets = [object_store.bucket_name(config, t, p) for t in tenants for p in PURPOSES]
     admin = client(server, keys[object_store.ADMIN.access_key.name], keys[object_store.ADMIN.secret_key.name])
     for bucket in buckets:
-        admin.put_object(Bucket=bucket, Key="seed/object.txt", Body=b"seed")
+        admin.put_object(Bucket=bucket, Key=SEED_KEY, Body=b"seed")
     rows, wrong = [], []
     for tenant in tenants:
         s3 = tenant_client(server, keys, tenant)

@@ -48,6 +48,8 @@ def test_serial_setting_runs_the_work_here_when_asked(monkeypatch: pytest.Monkey
 
 def test_discard_waits_for_the_child() -> None:
     work = Beside(lambda: "unused")
+    pid = work._pid
+    assert pid is not None
     work.discard()
-    with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)
+    with pytest.raises(ChildProcessError):  # reaped: no such child any more (other tests' children do not count)
+        os.waitpid(pid, os.WNOHANG)
