@@ -167,3 +167,17 @@ def test_a_training_runtime_is_replaced_when_a_field_its_crd_makes_immutable_cha
         assert "spec.template.spec.volumeClaimPolicies" in paths and delete_first
     # Nothing else is: a Kueue ResourceFlavor's immutable nodeLabels stay refused, and data never is.
     assert {k.split(":")[2] for k in REPLACED} == {"ClusterTrainingRuntime"}
+
+
+def test_the_pod_flavor_policy_waits_for_every_resource_flavor(local_edges: Edges) -> None:
+    """It maps the flavors' nodeLabels to their names: a flavor change the API server refuses must leave it as it was
+    (tests/cluster/test_rehearsal.py, test_crd_cel_rule_rejects_an_immutable_change)."""
+    platform = rendered("local")
+    flavors = {manifest_key(o) for o in platform.objects if o["kind"] == "ResourceFlavor"}
+    policy = [manifest_key(o) for o in platform.concern("admission").objects
+              if o["kind"] == "MutatingAdmissionPolicy" and o["metadata"]["name"] == "trainyard-pod-kueue-flavor"]
+    assert flavors and len(policy) == 1
+    assert flavors <= local_edges[policy[0]]
+    others = [manifest_key(o) for o in platform.concern("admission").objects
+              if o["metadata"]["name"] != "trainyard-pod-kueue-flavor"]  # the policy and its binding wait; nothing else
+    assert others and all(not flavors & local_edges[k] for k in others)

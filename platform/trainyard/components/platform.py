@@ -34,6 +34,7 @@ from trainyard.components.generated import GeneratedValues
 from trainyard.components.kubernetes_object import KubernetesObject
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import RenderedPlatform, render_platform
+from trainyard.manifests.admission import KUEUE_FLAVOR_POLICY
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.lifecycle import REPLACED_ON_IMMUTABLE_CHANGE, holds_data, immutable_fields
@@ -105,6 +106,7 @@ class Declared:
         self._crds: dict[tuple[str, str], pulumi.Resource] = {}
         self._all_crds: list[pulumi.Resource] = []
         self._secrets: dict[str, list[pulumi.Resource]] = {}
+        self._flavors: list[pulumi.Resource] = []
         self._immutable: dict[tuple[str, str, str], tuple[str, ...]] = {}
 
     def add(self, obj: Manifest, resource: pulumi.Resource) -> None:
@@ -119,6 +121,8 @@ class Declared:
                     self._immutable[(group, version["name"], kind)] = immutable_fields(obj, version["name"])
         if obj["kind"] == "Secret":
             self._secrets.setdefault(obj["metadata"]["name"], []).append(resource)
+        if obj["kind"] == "ResourceFlavor":
+            self._flavors.append(resource)
 
     def immutable(self, obj: Manifest) -> tuple[str, ...]:
         """The fields whose change replaces ``obj``: those its CRD makes immutable, for the kinds of
@@ -144,6 +148,10 @@ class Declared:
         source = ((obj.get("spec") or {}).get("clusterSource") or {}).get("kubeConfig") or {}
         if obj["kind"] == "MultiKueueCluster" and source.get("locationType", "Secret") == "Secret":
             needed += self._secrets.get(source.get("location", ""), [])
+        # The pod flavor policy maps the flavors' nodeLabels to their names: it changes only once the flavors
+        # did, so a flavor change the API server refuses (nodeLabels are immutable under TAS) leaves it as it was.
+        if obj["metadata"].get("name") == KUEUE_FLAVOR_POLICY and obj["kind"].startswith("MutatingAdmissionPolicy"):
+            needed += self._flavors
         return needed
 
 
