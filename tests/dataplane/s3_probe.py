@@ -33,3 +33,14 @@ def stand_in_keys(platform: RenderedPlatform) -> dict[str, str]:
     names = sorted({n for o in platform.all_objects for n in names_in(o)})
     specs = {v.name: v for c in platform.concerns for v in c.generated}
     return {n: generate(specs[n].length, specs[n].alphabet) for n in names}
+
+
+def assert_two_versions_of_one_key(s3: Any, bucket: str) -> None:
+    """Versioning is on: two writes of one key keep two versions, and the first reads back by its version id."""
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+    first = s3.put_object(Bucket=bucket, Key="corpus/shard-0.jsonl", Body=b"v1")["VersionId"]
+    second = s3.put_object(Bucket=bucket, Key="corpus/shard-0.jsonl", Body=b"v2")["VersionId"]
+    versions = s3.list_object_versions(Bucket=bucket, Prefix="corpus/shard-0.jsonl")["Versions"]
+    print(f"\n{bucket}/corpus/shard-0.jsonl versions:", [(v["VersionId"], v["IsLatest"]) for v in versions])
+    assert {v["VersionId"] for v in versions} == {first, second}
+    assert s3.get_object(Bucket=bucket, Key="corpus/shard-0.jsonl", VersionId=first)["Body"].read() == b"v1"

@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 import pytest
 
 from tests.conftest import needs_crds, rendered, stack
-from tests.dataplane.s3_probe import SEED_KEY, attempt, stand_in_keys
+from tests.dataplane.s3_probe import SEED_KEY, assert_two_versions_of_one_key, attempt, stand_in_keys
 from tests.minio_server import minio_binary, minio_server, until_ready
 from trainyard.manifests import object_store
 from trainyard.manifests.generated import substitute
@@ -212,13 +212,7 @@ def test_datasets_keep_every_version_of_a_key(server: Server, keys: dict[str, st
     bucket = object_store.bucket_name(config, tenant, "datasets")
     identity = object_store.tenant_identity(config, tenant)
     s3 = client(server.endpoint, keys[identity.access_key.name], keys[identity.secret_key.name])
-    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
-    first = s3.put_object(Bucket=bucket, Key="corpus/shard-0.jsonl", Body=b"v1")["VersionId"]
-    second = s3.put_object(Bucket=bucket, Key="corpus/shard-0.jsonl", Body=b"v2")["VersionId"]
-    versions = s3.list_object_versions(Bucket=bucket, Prefix="corpus/shard-0.jsonl")["Versions"]
-    print(f"\n{bucket}/corpus/shard-0.jsonl versions:", [(v["VersionId"], v["IsLatest"]) for v in versions])
-    assert {v["VersionId"] for v in versions} == {first, second}
-    assert s3.get_object(Bucket=bucket, Key="corpus/shard-0.jsonl", VersionId=first)["Body"].read() == b"v1"
+    assert_two_versions_of_one_key(s3, bucket)
 
 
 def test_object_lock_keeps_a_dataset_version_from_its_tenant(server: Server, keys: dict[str, str],

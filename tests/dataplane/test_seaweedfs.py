@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import needs_crds, rendered, stack
-from tests.dataplane.s3_probe import SEED_KEY, attempt, stand_in_keys
+from tests.dataplane.s3_probe import SEED_KEY, assert_two_versions_of_one_key, attempt, stand_in_keys
 from tests.seaweedfs import until_ready, weed_binary, weed_mini
 from trainyard.config.object_store import PURPOSES
 from trainyard.manifests import object_store
@@ -124,13 +124,7 @@ def test_datasets_keep_every_version_of_a_key(server: str, keys: dict[str, str],
     tenant = config.tenants[1].name  # team-b: datasets without object lock
     bucket = object_store.bucket_name(config, tenant, "datasets")
     s3 = tenant_client(server, keys, tenant)
-    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
-    first = s3.put_object(Bucket=bucket, Key="corpus/shard-0.jsonl", Body=b"v1")["VersionId"]
-    second = s3.put_object(Bucket=bucket, Key="corpus/shard-0.jsonl", Body=b"v2")["VersionId"]
-    versions = s3.list_object_versions(Bucket=bucket, Prefix="corpus/shard-0.jsonl")["Versions"]
-    print(f"\n{bucket}/corpus/shard-0.jsonl versions:", [(v["VersionId"], v["IsLatest"]) for v in versions])
-    assert {v["VersionId"] for v in versions} == {first, second}
-    assert s3.get_object(Bucket=bucket, Key="corpus/shard-0.jsonl", VersionId=first)["Body"].read() == b"v1"
+    assert_two_versions_of_one_key(s3, bucket)
 
 
 def test_lifecycle_and_object_lock_read_back_as_rendered(server: str, keys: dict[str, str], provisioned: list[str]) -> None:
