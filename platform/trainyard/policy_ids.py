@@ -29,6 +29,7 @@ RULE_IDS: frozenset[str] = frozenset({
     "training-runtime-allowed",
     "runtime-claim-retention",
     "runtime-pods-request-resources",
+    "trainjob-resources",
     # policy/lineage.py
     "trainjob-approved-inputs",
     # policy/mlflow.py

@@ -230,6 +230,11 @@ def advertised_resources(pool: GpuPool) -> dict[str, int]:
     return {name: per_node[name] * pool.nodes for name in order}
 
 
+def advertised_per_node(pool: GpuPool) -> dict[str, int]:
+    """The extended resources one node of ``pool`` advertises (``advertised_resources`` per node)."""
+    return dict(_per_node(pool))
+
+
 def mig_gpus(pool: GpuPool) -> int:
     """Physical GPUs of ``pool`` that are MIG-partitioned (in mixed strategy, the ones the slice budget counts)."""
     if pool.mig is None or pool.mig.strategy != "mixed":

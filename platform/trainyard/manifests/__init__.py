@@ -31,6 +31,7 @@ from trainyard.manifests import (
     serving,
     serving_admission,
     tenants,
+    trainjob_resources,
 )
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import ChartRelease
@@ -142,13 +143,15 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
         crd_sources = tuple(dataclasses.replace(source, patch=patches.get(source.name))
                             for source in crds.crd_sources(config, crd_components(config), stack_dir))
         # Every concern's builder, in apply order; a new concern adds one line (docs/architecture.md).
+        approved_runtimes = runtimes.build(config, root, lock)
         concerns = (
             installs.build(config, lock),
             kueue.build(config),
             multikueue.build(config),
-            runtimes.build(config, root, lock),
+            approved_runtimes,
             data_cache.build(config, root, lock),
             admission.build(config),
+            trainjob_resources.build(config, approved_runtimes.objects),
             tenants.build(config),
             runtimes.build_tenant_wiring(config),
             network.build(config),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainyard import catalog
+from trainyard.config.gpu_operator import advertised_per_node
 from trainyard.config.model import HOSTNAME_LABEL, PlatformConfig
 from trainyard.manifests.meta import MANAGED_BY, Manifest
 
@@ -41,7 +41,8 @@ def fake_nodes(config: PlatformConfig, every_pool: bool = False) -> list[Manifes
                 "cpu": str(pool.cpu_per_node),
                 "memory": str(pool.memory_per_node),
                 "pods": "110",
-                catalog.GPU_RESOURCE: str(pool.gpus_per_node),
+                # What the device plugin would advertise: whole GPUs, MIG slices or time-sliced replicas.
+                **{name: str(count) for name, count in advertised_per_node(pool).items()},
             }
             node: Manifest = {
                 "apiVersion": "v1",

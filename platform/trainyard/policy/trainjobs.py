@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from trainyard.manifests import trainjob_resources
 from trainyard.manifests.meta import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, Manifest
 from trainyard.policy.model import Context, object_rule, stack_rule
 from trainyard.policy.pods import as_dict, as_list, containers, dig
@@ -125,5 +126,41 @@ def runtime_pods_request_resources(obj: Manifest, ctx: Context) -> Iterator[str]
                    "(requests.cpu/memory are limited in tenant namespaces)")
 
 
+def _node_resources(value: object) -> trainjob_resources.NodeResources:
+    resources = as_dict(value)
+    return trainjob_resources.NodeResources(
+        {str(k): str(v) for k, v in as_dict(resources.get("requests")).items()},
+        {str(k): str(v) for k, v in as_dict(resources.get("limits")).items()})
+
+
+@stack_rule("trainjob-resources", "A TrainJob's resources per node make pods that can run on a flavor of its queue.",
+            "Give each resource in spec.trainer.resourcesPerNode one figure (limits alone is enough: it is also the "
+            "request), within one node of a flavor your queue offers, and no more torch processes per node than GPUs; "
+            "docs/lab.md (\"Sizing a TrainJob\") shows the forms that work.",
+            admission=trainjob_resources.POLICY)
+def trainjob_resources_fit(objects: Sequence[Manifest], ctx: Context) -> Iterator[tuple[Manifest | None, str]]:
+    """The rules of ``trainyard-trainjob-resources`` (manifests/trainjob_resources.py), on the TrainJob as the
+    mutating policy completes it: what the API server would admit is what review passes."""
+    shapes = trainjob_resources.runtime_shapes(objects)
+    flavors = trainjob_resources.tenant_flavors(ctx.config)
+    for obj in objects:
+        tenant = ctx.tenant_of(obj)
+        if obj.get("kind") != "TrainJob" or tenant is None:
+            continue
+        ref = as_dict(dig(obj, "spec", "runtimeRef"))
+        own = (ref.get("kind") or "ClusterTrainingRuntime") != "ClusterTrainingRuntime"
+        shape = shapes.get(str(ref.get("name")))
+        if shape is None or own:
+            shape = trainjob_resources.RuntimeShape(trainjob_resources.NONE, torch=False)
+        trainer = as_dict(dig(obj, "spec", "trainer"))
+        given = trainer.get("resourcesPerNode")
+        resources = (trainjob_resources.complete(shape.resources, _node_resources(given)) if given is not None
+                     else shape.resources)
+        num_proc = trainer.get("numProcPerNode")
+        for message in trainjob_resources.refusals(resources, flavors.get(tenant.namespace_name, []), shape.torch,
+                                                   num_proc if isinstance(num_proc, int) else None):
+            yield obj, message
+
+
 RULES = (trainjob_approved_runtime, trainjob_queue_label, trainjob_priority_class, training_runtime_allowed,
-         runtime_claim_retention, runtime_pods_request_resources)
+         runtime_claim_retention, runtime_pods_request_resources, trainjob_resources_fit)

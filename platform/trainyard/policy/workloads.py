@@ -115,10 +115,14 @@ def no_added_capabilities(obj: Manifest, ctx: Context) -> Iterator[str]:
 
 
 @object_rule("gpu-container-limits", "Containers that use GPUs set GPU and memory limits.",
-             f"Set resources.limits for {catalog.GPU_RESOURCE} and memory (TrainJob: spec.trainer.resourcesPerNode.limits).",
+             f"Set resources.limits for {catalog.GPU_RESOURCE} and memory.",
              severity="advisory")
 def gpu_container_limits(obj: Manifest, ctx: Context) -> Iterator[str]:
     for c in containers(obj):
+        if c.path == "spec.trainer":
+            # resourcesPerNode is completed at admission with the runtime's limits (trainyard-trainjob-resources),
+            # and a runtime limits memory; rule trainjob-resources reviews it as completed.
+            continue
         resources = as_dict(c.container.get("resources"))
         requests, limits = as_dict(resources.get("requests")), as_dict(resources.get("limits"))
         if catalog.GPU_RESOURCE not in requests and catalog.GPU_RESOURCE not in limits:
