@@ -101,14 +101,10 @@ class Case:
         values = fill(self.shape.sdk, self.resource, self.per_node)
         if values is None:
             return None
-        spelled = {}
-        for name, value in values.items():
-            if name == catalog.GPU_RESOURCE:
-                name = "gpu"
-            elif name.startswith("nvidia.com/mig-"):
-                name = name.removeprefix("nvidia.com/")
-            spelled[name] = value
-        return spelled
+        def spelling(name: str) -> str:
+            return "gpu" if name == catalog.GPU_RESOURCE else name.removeprefix("nvidia.com/") \
+                if name.startswith("nvidia.com/mig-") else name
+        return {spelling(name): value for name, value in values.items()}
 
     def trainjob(self, name: str, namespace: str = TENANT_NAMESPACE) -> dict[str, Any]:
         trainer: dict[str, Any] = {"numNodes": self.shape.num_nodes}
