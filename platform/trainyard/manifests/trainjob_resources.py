@@ -28,7 +28,8 @@ The fix has three parts, one rule each:
    same container. For each resource the TrainJob names, its figures replace the runtime's, with the
    container defaulting of Kubernetes: a limit without a request requests the limit; a request
    without a limit is also the limit for an extended resource (which must have equal ones) and for a
-   resource the runtime limits. Every other figure is the runtime's. A torch TrainJob on MIG slices
+   resource the runtime limits (or that the policy cannot know: a tenant's own TrainingRuntime). Every
+   other figure is the runtime's. A torch TrainJob on MIG slices
    without ``numProcPerNode`` gets one process per slice (Trainer counts only resources named
    ``*gpu*`` and would start one per CPU).
 3. ``trainyard-trainjob-resources`` (a ValidatingAdmissionPolicy, run after mutation) refuses, naming
@@ -40,7 +41,9 @@ The fix has three parts, one rule each:
 ``trainjob-resources``) and the tests. The runtimes' figures and the flavors' nodes are CEL map
 literals rendered from the same runtime objects and pools, so they cannot drift from what is installed.
 TrainJobs on a tenant's own TrainingRuntime (where a stack allows them) are completed against no
-runtime figures: the policy cannot read that runtime.
+runtime figures (the policy cannot read that runtime), so a default the tenant's runtime sets and the
+TrainJob does not name stays in Trainer's merge beside what Kueue counted: such a job, if it cannot run,
+is evicted by Kueue's waitForPodsReady and its quota released (tests/cluster/test_job_shapes.py).
 Ref: https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/
 Ref: https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/ (requests default to limits)
 """
@@ -131,11 +134,13 @@ def runtime_shape(runtime: Manifest) -> RuntimeShape:
     return RuntimeShape(NONE, torch)
 
 
-def complete(base: NodeResources, given: NodeResources) -> NodeResources:
+def complete(base: NodeResources, given: NodeResources, runtime_known: bool = True) -> NodeResources:
     """The node container's resources for a TrainJob that gives ``given`` on a runtime with ``base``.
 
     The value the mutating policy writes into resourcesPerNode: Trainer's key-by-key merge of it over
-    ``base`` is itself, and so is Kueue's replacement.
+    ``base`` is itself, and so is Kueue's replacement. Where the runtime cannot be read (a tenant's own
+    TrainingRuntime: ``runtime_known`` False, ``base`` empty), a request given alone is also the limit,
+    since that runtime may limit the resource below it.
     """
     named = set(given.requests) | set(given.limits)
     requests = {k: v for k, v in base.requests.items() if k not in named}
@@ -147,7 +152,7 @@ def complete(base: NodeResources, given: NodeResources) -> NodeResources:
             requests[name] = given.limits[name]  # a limit alone is also the request
         if name in given.limits:
             limits[name] = given.limits[name]
-        elif is_extended(name) or name in base.limits:
+        elif is_extended(name) or name in base.limits or not runtime_known:
             limits[name] = given.requests[name]
     return NodeResources(dict(sorted(requests.items())), dict(sorted(limits.items())))
 
@@ -298,9 +303,11 @@ def mutating_policy(shapes: Mapping[str, RuntimeShape]) -> Manifest:
                                         " + variables.limits.filter(k, !(k in variables.requests))"},
         # Figures the TrainJob gives as a limit only: also the request.
         {"name": "requestsFromLimits", "expression": "variables.limits.filter(k, !(k in variables.requests))"},
-        # Figures it gives as a request only: also the limit, for an extended resource or one the runtime limits.
+        # Figures it gives as a request only: also the limit, for an extended resource, one the runtime limits,
+        # and any where the runtime cannot be read (a tenant's own TrainingRuntime).
         {"name": "limitsFromRequests", "expression": "variables.requests.filter(k, !(k in variables.limits)"
-                                                     f" && ({EXTENDED} || k in variables.baseLimits))"},
+                                                     f" && ({EXTENDED} || k in variables.baseLimits"
+                                                     " || !variables.clusterRuntime))"},
         {"name": "runtimeRequestsKept", "expression": "variables.baseRequests.filter(k, !(k in variables.named))"},
         {"name": "runtimeLimitsKept", "expression": "variables.baseLimits.filter(k, !(k in variables.named))"},
         {"name": "requestAdds", "expression": "variables.requestsFromLimits + variables.runtimeRequestsKept"},

@@ -149,13 +149,14 @@ def trainjob_resources_fit(objects: Sequence[Manifest], ctx: Context) -> Iterato
             continue
         ref = as_dict(dig(obj, "spec", "runtimeRef"))
         own = (ref.get("kind") or "ClusterTrainingRuntime") != "ClusterTrainingRuntime"
-        shape = shapes.get(str(ref.get("name")))
-        if shape is None or own:
+        shape = None if own else shapes.get(str(ref.get("name")))
+        known = shape is not None
+        if shape is None:
             shape = trainjob_resources.RuntimeShape(trainjob_resources.NONE, torch=False)
         trainer = as_dict(dig(obj, "spec", "trainer"))
         given = trainer.get("resourcesPerNode")
-        resources = (trainjob_resources.complete(shape.resources, _node_resources(given)) if given is not None
-                     else shape.resources)
+        resources = (trainjob_resources.complete(shape.resources, _node_resources(given), runtime_known=known)
+                     if given is not None else shape.resources)
         num_proc = trainer.get("numProcPerNode")
         for message in trainjob_resources.refusals(resources, flavors.get(tenant.namespace_name, []), shape.torch,
                                                    num_proc if isinstance(num_proc, int) else None):

@@ -108,6 +108,19 @@ class TenantSdk:
         obj = api.get_cluster_custom_object(group, version, "clustertrainingruntimes", runtime)
         return [j["name"] for j in obj["spec"]["template"]["spec"]["replicatedJobs"]]
 
+    def submit_sized(self, runtime: str, name: str, num_nodes: int, resources_per_node: dict[str, Any]) -> str:
+        """``TrainerClient.train(...)`` with a ``CustomTrainerContainer`` of the runtime's own image and exactly
+        ``resources_per_node`` (the SDK's spelling: ``gpu``, ``mig-1g.10gb``, ``cpu``, ``memory``), nothing else:
+        how a tenant sizes a job with the SDK (tests/job_shapes.py)."""
+        from kubeflow.trainer.options import Name
+        from kubeflow.trainer.types import types as sdk
+
+        found = self.client.get_runtime(runtime)
+        trainer = sdk.CustomTrainerContainer(image=found.trainer.image, num_nodes=num_nodes,
+                                             resources_per_node=dict(resources_per_node))
+        created: str = self.client.train(runtime=found, trainer=trainer, options=[Name(name)])
+        return created
+
     def submit(self, config: PlatformConfig, job: Job) -> str:
         """``TrainerClient.train(...)`` for a scenario job; the TrainJob's name."""
         from kubeflow.trainer.options import (
