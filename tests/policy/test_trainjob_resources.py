@@ -204,10 +204,8 @@ def test_the_policies_cel_completes_and_refuses_as_the_python_rules(
     else:
         assert trainer["resourcesPerNode"] == completed.as_manifest()
     assert trainer.get("numProcPerNode") == num_proc
-    # Each Python refusal has its CEL twin: the same count, each CEL message naming the same resource or field.
-    cel = denials(validating, job)
-    assert len(cel) == len(refused), (cel, refused)
-    assert bool(cel) == bool(refused)
+    # Each Python refusal has its CEL twin, with the same message (what `trainyard check` says is what kubectl shows).
+    assert denials(validating, job) == refused
 
 
 def test_a_mig_torch_job_gets_one_process_per_slice(shapes_policies: tuple[dict[str, Any], dict[str, Any]]) -> None:

@@ -215,17 +215,22 @@ def refusals(resources: NodeResources, flavors: Iterable[Flavor], torch: bool,
              num_proc_per_node: int | None) -> Iterator[str]:
     """Why no pod of a TrainJob with these (completed) node resources could run: the admission policy's messages."""
     flavors = list(flavors)
+    above: list[str] = []
+    unequal: list[str] = []
     for name, value in resources.requests.items():
         limit = resources.limits.get(name)
         if limit is None:
             continue
         request_q, limit_q = _quantity(value), _quantity(limit)
         if request_q is not None and limit_q is not None and request_q > limit_q:
-            yield (f"{FIELD}: requests.{name} {value} is above limits.{name} {limit}; "
-                   f"give one figure (a limit alone is also the request)")
+            above.append(f"requests.{name} {value} above limits.{name} {limit}")
         elif is_extended(name) and request_q != limit_q:
-            yield (f"{FIELD}: requests.{name} {value} is not limits.{name} {limit}; an extended resource's request "
-                   f"must equal its limit: give one figure (a limit alone is also the request)")
+            unequal.append(f"requests.{name} {value} is not limits.{name} {limit}")
+    if above:
+        yield f"{FIELD}: {', '.join(above)}; give one figure (a limit alone is also the request)"
+    if unequal:
+        yield (f"{FIELD}: {', '.join(unequal)}; an extended resource's request must equal its limit: "
+               "give one figure (a limit alone is also the request)")
     offered = {name for flavor in flavors for name in flavor.node}
     unknown = sorted(name for name in {*resources.requests, *resources.limits}
                      if name not in offered and _quantity((resources.requests | resources.limits)[name]) != 0)
@@ -334,6 +339,12 @@ def mutating_policy(shapes: Mapping[str, RuntimeShape]) -> Manifest:
                      "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}]}}
 
 
+def _figures(variable: str, relation: str) -> str:
+    """CEL: each resource of ``variables.<variable>`` as ``requests.K R <relation> limits.K L``, joined."""
+    return (f"variables.{variable}.map(k, 'requests.' + k + ' ' + string(variables.requests[k]) + ' {relation} limits.'"
+            " + k + ' ' + string(variables.limits[k])).join(', ')")
+
+
 def _q(expression: str) -> str:
     return f"quantity(string({expression}))"
 
@@ -371,11 +382,11 @@ def validating_policy(shapes: Mapping[str, RuntimeShape], flavors: Mapping[str, 
     num_proc = "object.spec.trainer.numProcPerNode"
     validations = [
         {"expression": "size(variables.aboveLimit) == 0",
-         "messageExpression": f"'{FIELD}: requests above their limits for ' + variables.aboveLimit.join(', ')"
+         "messageExpression": f"'{FIELD}: ' + {_figures('aboveLimit', 'above')}"
                               " + '; give one figure (a limit alone is also the request)'"},
         {"expression": "size(variables.unequalExtended) == 0",
-         "messageExpression": f"'{FIELD}: the request of ' + variables.unequalExtended.join(', ')"
-                              " + ' is not its limit; an extended resource\\'s request must equal its limit:"
+         "messageExpression": f"'{FIELD}: ' + {_figures('unequalExtended', 'is not')}"
+                              " + '; an extended resource\\'s request must equal its limit:"
                               " give one figure (a limit alone is also the request)'"},
         {"expression": "size(variables.unknown) == 0",
          "messageExpression": f"'{FIELD} names ' + variables.unknown.join(', ') + ', which no flavor of this"
