@@ -436,8 +436,8 @@ def minio_objects(config: PlatformConfig, lock: ImageLock) -> tuple[list[Manifes
                                "pullPolicy": "IfNotPresent"},
                      # The sidecar and init container of every Tenant pod (OPERATOR_SIDECAR_IMAGE): unset, the
                      # operator uses its built-in quay.io default (helm/operator/values.yaml operator.sidecarImage).
-                     "sidecarImage": {"repository": sidecar_image.name, "tag": _tag(sidecar_image),
-                                      "pullPolicy": "IfNotPresent"}},
+                     # (The chart reads only repository, tag and digest of sidecarImage: no pullPolicy.)
+                     "sidecarImage": {"repository": sidecar_image.name, "tag": _tag(sidecar_image)}},
     })
     pool: dict[str, Any] = {"name": "pool-0", "servers": settings.servers, "volumesPerServer": settings.volumes_per_server,
                             "size": str(settings.volume.size)}
