@@ -237,6 +237,23 @@ GPU_OPERATOR_OPERANDS: dict[str, Image] = {
     "dcgmExporter": Image("nvcr.io", "nvidia/k8s/dcgm-exporter", "4.6.0-4.8.3-distroless"),
     "migManager": Image("nvcr.io", "nvidia/cloud-native/k8s-mig-manager", "v0.15.0"),
     "node-feature-discovery": Image("registry.k8s.io", "nfd/node-feature-discovery", "v0.19.0"),
+    # Operands Trainyard leaves at the chart's switch (off, or on only for sandbox/vGPU/confidential-computing
+    # nodes) but which the ClusterPolicy names all the same: pinned under the mirror too, so that the policy
+    # never names nvcr.io and a node that does run one (ccManager is on by default for CC-capable GPUs) pulls
+    # from the mirror. Values.yaml lines: dcgm, nodeStatusExporter (tag = appVersion), gds, gdrcopy,
+    # vgpuManager.driverManager, vgpuDeviceManager, vfioManager(.driverManager), sandboxDevicePlugin,
+    # kataSandboxDevicePlugin, ccManager.
+    "dcgm": Image("nvcr.io", "nvidia/cloud-native/dcgm", "4.6.0-1-ubuntu24.04"),
+    "nodeStatusExporter": Image("nvcr.io", "nvidia/gpu-operator", "v26.7.0"),
+    "gds": Image("nvcr.io", "nvidia/cloud-native/nvidia-fs", "2.29.4"),
+    "gdrcopy": Image("nvcr.io", "nvidia/cloud-native/gdrdrv", "v2.6"),
+    "vgpuManager.driverManager": Image("nvcr.io", "nvidia/cloud-native/k8s-driver-manager", "v0.12.0"),
+    "vgpuDeviceManager": Image("nvcr.io", "nvidia/cloud-native/vgpu-device-manager", "v0.5.0"),
+    "vfioManager": Image("nvcr.io", "nvidia/cloud-native/k8s-driver-manager", "v0.12.0"),
+    "vfioManager.driverManager": Image("nvcr.io", "nvidia/cloud-native/k8s-driver-manager", "v0.12.0"),
+    "sandboxDevicePlugin": Image("nvcr.io", "nvidia/kubevirt-gpu-device-plugin", "v1.6.0"),
+    "kataSandboxDevicePlugin": Image("nvcr.io", "nvidia/cloud-native/nvidia-sandbox-device-plugin", "v0.0.5"),
+    "ccManager": Image("nvcr.io", "nvidia/cloud-native/k8s-cc-manager", "v0.4.3"),
 }
 
 RELEASES: dict[tuple[str, str], Release] = {
@@ -336,6 +353,11 @@ RELEASES: dict[tuple[str, str], Release] = {
             namespace="minio-operator",
             crds=_MINIO_CRDS,
             image=Image("quay.io", "minio/operator", "v7.1.1"),
+            # The sidecar and init container the operator adds to every Tenant pod (the operator Deployment's
+            # OPERATOR_SIDECAR_IMAGE, from the chart's operator.sidecarImage; helm/operator/values.yaml). Unset,
+            # the operator falls back to its built-in default, quay.io/minio/operator-sidecar:v7.0.1 at v7.1.1,
+            # which an air-gapped cluster cannot pull: Trainyard always sets it.
+            images=(("sidecar", Image("quay.io", "minio/operator-sidecar", "v7.0.1")),),
         ),
         Release(
             component="minio-tenant",
@@ -527,6 +549,15 @@ BARMAN_CLOUD_API = "barmancloud.cnpg.io/v1"
 BARMAN_CLOUD_PLUGIN = "barman-cloud.cloudnative-pg.io"
 BARMAN_CLOUD_PLUGIN_MODULE = "github.com/cloudnative-pg/plugin-barman-cloud"
 BARMAN_CLOUD_PLUGIN_VERSION = "v0.15.0"
+# The plugin's own image (its Deployment in cnpg-system, installed by the site) and the sidecar it injects into
+# every instance pod of a Cluster that names the plugin (the plugin Deployment's SIDECAR_IMAGE). Trainyard renders
+# neither, so these pins are their one source; the BOM lists them for every stack with a Cluster using the plugin.
+# Ref: cloudnative-pg/plugin-barman-cloud v0.15.0 manifest.yaml (images ghcr.io/cloudnative-pg/plugin-barman-cloud
+# and -sidecar at the release tag).
+BARMAN_CLOUD_IMAGES: tuple[tuple[str, Image], ...] = (
+    ("plugin", Image("ghcr.io", "cloudnative-pg/plugin-barman-cloud", BARMAN_CLOUD_PLUGIN_VERSION)),
+    ("sidecar", Image("ghcr.io", "cloudnative-pg/plugin-barman-cloud-sidecar", BARMAN_CLOUD_PLUGIN_VERSION)),
+)
 BARMAN_CLOUD_CRD = CrdFile("barmancloud.cnpg.io_objectstores.yaml", "config/crd/bases/barmancloud.cnpg.io_objectstores.yaml",
                            "bb7db1e6e36cf04b137560d85d2ccdb57851aa9d")
 NVIDIA_API = "nvidia.com/v1alpha1"

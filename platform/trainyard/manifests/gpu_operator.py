@@ -220,6 +220,13 @@ def chart_values(config: PlatformConfig, operator: GpuOperator) -> dict[str, Any
                        "config": {"name": MIG_PARTED_CONFIG if any_mig else "", "default": MIG_DISABLED},
                        "env": [{"name": "WITH_REBOOT", "value": "true"}] if operator.mig_reboot else []},
     }
+    # The operands Trainyard leaves at the chart's switch are still named by the ClusterPolicy: from the mirror
+    # too, so the policy names no image outside the bill of materials (catalog.GPU_OPERATOR_OPERANDS).
+    for key in ("dcgm", "nodeStatusExporter", "gds", "gdrcopy", "vgpuDeviceManager", "vfioManager",
+                "sandboxDevicePlugin", "kataSandboxDevicePlugin", "ccManager"):
+        values[key] = image(key)
+    values["vgpuManager"] = {"driverManager": image("vgpuManager.driverManager")}
+    values["vfioManager"]["driverManager"] = image("vfioManager.driverManager")
     if operator.node_feature_discovery:
         values["node-feature-discovery"] = {"image": {"repository": f"{nfd_registry}/{nfd_repository}", "tag": nfd_tag}}
     return values

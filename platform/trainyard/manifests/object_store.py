@@ -426,10 +426,18 @@ def minio_objects(config: PlatformConfig, lock: ImageLock) -> tuple[list[Manifes
         "config.env": f"export MINIO_ROOT_USER={ADMIN.access_key.placeholder}\n"
                       f"export MINIO_ROOT_PASSWORD={ADMIN.secret_key.placeholder}\n"}, LABELS)
     operator_image, server_image = _image(config, "minio", lock), _image(config, "minio-tenant", lock)
-    operator_ns = catalog.release("minio", config.versions.minio).namespace
+    pinned_operator = catalog.release("minio", config.versions.minio)
+    operator_ns = pinned_operator.namespace
+    sidecar = pinned_operator.image_for("sidecar")
+    sidecar_image = lock.pin(mirrored(ImageRef(sidecar.registry, sidecar.repository, sidecar.tag),
+                                      config.images.registry_mirror))
     operator = _chart(config, "minio", "minio-operator", operator_ns, {
         "operator": {"image": {"repository": operator_image.name, "tag": _tag(operator_image),
-                               "pullPolicy": "IfNotPresent"}},
+                               "pullPolicy": "IfNotPresent"},
+                     # The sidecar and init container of every Tenant pod (OPERATOR_SIDECAR_IMAGE): unset, the
+                     # operator uses its built-in quay.io default (helm/operator/values.yaml operator.sidecarImage).
+                     # (The chart reads only repository, tag and digest of sidecarImage: no pullPolicy.)
+                     "sidecarImage": {"repository": sidecar_image.name, "tag": _tag(sidecar_image)}},
     })
     pool: dict[str, Any] = {"name": "pool-0", "servers": settings.servers, "volumesPerServer": settings.volumes_per_server,
                             "size": str(settings.volume.size)}

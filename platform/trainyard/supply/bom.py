@@ -1,12 +1,17 @@
 """The bill of materials of one stack: every image, chart and CRD file it pulls, and how to mirror them.
 
-Images come from three sources, each named on every entry:
+Images come from these sources, each named on every entry:
 
 - ``controller:<component>``: the catalog's controller image at the stack's version, under the
   stack's mirror (``images.registry_mirror``);
 - ``runtime:<name>``: the images of the approved ClusterTrainingRuntimes (``runtimes/``);
 - ``chart:<release>``: the images inside each installed chart, as it renders with the stack's
-  values (``chart_images``; a chart whose images are not known yet is listed as such).
+  values (``chart_images``; a chart whose images are not known yet is listed as such);
+- ``operand:<component>:<field>``: what an operator pulls for the objects it manages (GPU operator
+  operands, the PostgreSQL image, the MinIO sidecar, KServe's storage initializer...), read from the
+  rendered field the operator reads (``operands``), so the BOM cannot drift from the render;
+- ``controller:<component>:<role>``: a further catalog image no rendered value names (cert-manager's
+  acmesolver, an argument the chart composes).
 
 Every image carries its digest from the image lock and the lock's status (locked, placeholder,
 missing). Charts carry their reference and version, CRD files their URL at the pinned tag and
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,7 +43,9 @@ from trainyard.manifests.installs import upstream_image
 from trainyard.policy.pods import containers
 from trainyard.project import Stack
 from trainyard.supply import chart_images as charts_module
+from trainyard.supply.image_scan import FoundImage, bom_key
 from trainyard.supply.lock import Status
+from trainyard.supply.operands import operand_images, upstream_of
 from trainyard.supply.reference import ImageRef, ReferenceError, mirrored
 
 BomStatus = Status | str  # "locked", "placeholder", "missing", or "pinned in file"
@@ -116,8 +123,9 @@ def controller_images(config: PlatformConfig, rendered: RenderedPlatform) -> dic
 
 def further_images(config: PlatformConfig, rendered: RenderedPlatform) -> list[tuple[str, ImageRef, ImageRef]]:
     """(source, upstream image, reference pulled) of the catalog's further images of each installed release
-    (``Release.images``: KServe's storage initializer, agent and router, which its controller puts into
-    InferenceService pods; cert-manager's webhook and cainjector; the operands of other charts)."""
+    (``Release.images``: cert-manager's webhook, cainjector and acmesolver; MLflow's busybox; the
+    operands of other charts). ``build_bom`` keeps only those no rendered value names: a rendered one
+    is listed from its field, the value the cluster reads."""
     out = []
     for release in rendered.releases:
         component = release.component.replace("-", "_")
@@ -180,10 +188,12 @@ def build_bom(stack: Stack, rendered: RenderedPlatform | None = None,
         if upstream is not None and upstream.tagged != key:
             entry["upstream"] = upstream.tagged
 
+    mirror = config.images.registry_mirror
     for component, (upstream, pulled) in controller_images(config, platform).items():
         add(pulled, f"controller:{component}", upstream)
-    for source, upstream, pulled in further_images(config, platform):
-        add(pulled, source, upstream)
+    for operand in operand_images(platform, mirror):
+        ref = operand.reference
+        add(ref if ref.tag is None else ref.with_digest(None), operand.source, upstream_of(ref, mirror))
     if config.object_store is not None:
         # The object store's provisioning Job: an image the platform team builds (docs/components/object-store.md).
         add(ImageRef.parse(config.object_store.provisioner_image).with_digest(None), "object-store:provisioner")
@@ -191,6 +201,11 @@ def build_bom(stack: Stack, rendered: RenderedPlatform | None = None,
         # A rendered runtime image carries the lock's digest; the BOM keys it by the reference the file names.
         add(ref if ref.tag is None else ref.with_digest(None), f"runtime:{name}")
     bom_charts, unknown = _charts(platform, renderer, add)
+    # Last: a further catalog image only where no rendered value names its repository (one source per image).
+    named = {entry["ref"].name for entry in found.values()}
+    for source, upstream, pulled in further_images(config, platform):
+        if pulled.name not in named:
+            add(pulled, source, upstream)
 
     images = []
     for key in sorted(found):
@@ -211,6 +226,12 @@ def build_bom(stack: Stack, rendered: RenderedPlatform | None = None,
         crds += [BomCrd(component, pinned.version, crd.name, pinned.crd_url(crd), crd.blob_sha) for crd in pinned.crds]
     return Bom(stack.name, config.environment, config.images.registry_mirror, config.lifecycle.protect_data,
                tuple(images), tuple(bom_charts), tuple(crds), tuple(unknown))
+
+
+def uncovered(bom: Bom, found: Iterable[FoundImage]) -> list[FoundImage]:
+    """The images found in rendered values that the bill of materials does not list."""
+    listed = bom.image_references()
+    return [image for image in found if bom_key(image.reference) not in listed]
 
 
 def lock_references(bom: Bom) -> list[ImageRef]:

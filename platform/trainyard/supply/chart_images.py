@@ -123,7 +123,8 @@ def _seaweedfs_4_44(values: Mapping[str, Any]) -> tuple[list[str], str]:
 def _minio_operator_7_1(values: Mapping[str, Any]) -> tuple[list[str], str]:
     # Ref: charts/operator templates/operator-deployment.yaml ("{{ .Values.operator.image.repository }}:{{ .tag }}").
     image = _get(values, "operator", "image")
-    return [f"{image['repository']}:{image['tag']}"], "one Deployment; the sidecar image defaults to the operator's"
+    return [f"{image['repository']}:{image['tag']}"], \
+        "one Deployment; the Tenant pods' sidecar (operator.sidecarImage) is an operand (supply/operands.py)"
 
 
 def _minio_tenant_7_1(values: Mapping[str, Any]) -> tuple[list[str], str]:
@@ -159,7 +160,7 @@ def _gpu_operator_26_7(values: Mapping[str, Any]) -> tuple[list[str], str]:
     if _get(values, "nfd", "enabled") is not False:
         nfd = _get(values, "node-feature-discovery", "image") or {}
         images.append(f"{nfd['repository']}:{nfd['tag']}")
-    return images, "operands come from ClusterPolicy/NVIDIADriver image fields (catalog.GPU_OPERATOR_OPERANDS)"
+    return images, "operands come from the ClusterPolicy/NVIDIADriver image fields (supply/operands.py)"
 
 
 # (chart name, chart version) -> images for the given values, and a note on what the values switch off.
