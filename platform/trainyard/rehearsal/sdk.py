@@ -160,10 +160,11 @@ class TenantSdk:
                 raise ClusterError(f"job {job.name}: runtime {job.runtime} is a builtin (torchtune) runtime: the SDK "
                                    "cannot set spec.trainer.env for it (only command and args), so it cannot pin an "
                                    "approved dataset or base model; use a container runtime such as lora-peft")
-            if job.nodes != 1 or job.gpus_per_node != 1:
+            if job.nodes != 1 or job.gpus_per_node != 0:
                 raise ClusterError(f"job {job.name}: runtime {job.runtime} is submitted by the SDK with its own "
-                                   "resources (one node, one GPU; Trainer v2.3.0 refuses the SDK's BuiltinTrainer for a "
-                                   "runtime not named torchtune-<model>-<size>): leave nodes and gpus_per_node at 1")
+                                   "resources (one node, the runtime's CPU and memory and no GPU; Trainer v2.3.0 refuses "
+                                   "the SDK's BuiltinTrainer for a runtime not named torchtune-<model>-<size>): set "
+                                   "nodes 1 and gpus_per_node 0")
         else:
             trainer = sdk.CustomTrainerContainer(image=runtime.trainer.image, num_nodes=job.nodes, resources_per_node={
                 "gpu": job.gpus_per_node, "cpu": "1", "memory": "4Gi"}, env=pins or None)
