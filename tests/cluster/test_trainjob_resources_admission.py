@@ -121,6 +121,7 @@ def test_a_refusal_names_the_field_and_says_how_to_write_it(shapes_cluster: Clus
                                                      limits={"nvidia.com/gpu": 4}), "torch-distributed", "", 0)
     done = dry_run(shapes_cluster, case.trainjob("unequal"))
     assert done.returncode != 0
-    assert ("spec.trainer.resourcesPerNode: the request of nvidia.com/gpu is not its limit; an extended resource's "
-            "request must equal its limit: give one figure (a limit alone is also the request)") in done.stderr
+    assert ("ValidatingAdmissionPolicy 'trainyard-trainjob-resources' with binding 'trainyard-trainjob-resources' denied "
+            "request: spec.trainer.resourcesPerNode: requests.nvidia.com/gpu 1 is not limits.nvidia.com/gpu 4; an extended "
+            "resource's request must equal its limit: give one figure (a limit alone is also the request)") in done.stderr
 

@@ -105,8 +105,8 @@ class _Quantity:
 
 
 def _cel_functions() -> dict[str, Any]:
-    """The Kubernetes CEL additions the policies use, for cel-python: the quantity library (quantity, compareTo,
-    sign; Ref: k8s.io/apiserver pkg/cel/library/quantity.go), jsonpatch.escapeKey (RFC 6901) and join."""
+    """The Kubernetes CEL additions the policies use, for cel-python: the quantity library (quantity, compareTo;
+    Ref: k8s.io/apiserver v0.36.3 pkg/cel/library/quantity.go), jsonpatch.escapeKey (RFC 6901) and join."""
     from celpy import celtypes
 
     def cmp(a: Fraction, b: Fraction) -> Any:
@@ -114,7 +114,6 @@ def _cel_functions() -> dict[str, Any]:
 
     return {"quantity": lambda s: _Quantity(parse_quantity(str(s))),
             "compareTo": lambda a, b: cmp(a.value, b.value),
-            "sign": lambda a: cmp(a.value, Fraction(0)),
             "escapeKey": lambda s: celtypes.StringType(str(s).replace("~", "~0").replace("/", "~1")),
             # The strings extension's list join. Ref: cel-go ext/strings.go
             "join": lambda values, separator: celtypes.StringType(str(separator).join(str(v) for v in values))}

@@ -359,10 +359,10 @@ def validating_policy(shapes: Mapping[str, RuntimeShape], flavors: Mapping[str, 
         {"name": "nodes", "expression": json.dumps(nodes, sort_keys=True)},
         {"name": "offeredByNamespace", "expression": json.dumps(offered, sort_keys=True)},
         {"name": "flavorsByNamespace", "expression": json.dumps(described, sort_keys=True)},
-        {"name": "namespace", "expression": "namespaceObject.metadata.name"},
-        {"name": "mine", "expression": "variables.namespace in variables.nodes ? variables.nodes[variables.namespace] : []"},
-        {"name": "offered", "expression": "variables.namespace in variables.offeredByNamespace"
-                                          " ? variables.offeredByNamespace[variables.namespace] : []"},
+        {"name": "ns", "expression": "namespaceObject.metadata.name"},
+        {"name": "mine", "expression": "variables.ns in variables.nodes ? variables.nodes[variables.ns] : []"},
+        {"name": "offered", "expression": "variables.ns in variables.offeredByNamespace"
+                                          " ? variables.offeredByNamespace[variables.ns] : []"},
         # What the pod requests: the completed resourcesPerNode, or the runtime's own figures without one.
         {"name": "podRequests", "expression": "variables.given ? variables.requests : variables.baseRequests"},
         {"name": "aboveLimit", "expression": "variables.requests.filter(k, k in variables.limits && "
@@ -373,9 +373,9 @@ def validating_policy(shapes: Mapping[str, RuntimeShape], flavors: Mapping[str, 
         {"name": "unknown", "expression": "(variables.requests.map(k, k) + variables.limits.filter(k,"
                                           " !(k in variables.requests))).filter(k, !(k in variables.offered) &&"
                                           f" {_q('k in variables.requests ? variables.requests[k] : variables.limits[k]')}"
-                                          ".sign() != 0)"},
+                                          ".compareTo(quantity('0')) != 0)"},
         {"name": "fits", "expression": "variables.mine.exists(n, variables.podRequests.all(k, "
-                                       f"{_q('variables.podRequests[k]')}.sign() == 0 || (k in n && "
+                                       f"{_q('variables.podRequests[k]')}.compareTo(quantity('0')) == 0 || (k in n && "
                                        f"{_q('variables.podRequests[k]')}.compareTo(quantity(n[k])) <= 0)))"},
         {"name": "gpus", "expression": f"variables.podRequests.filter(k, {gpu_keys})"},
     ]
@@ -393,11 +393,11 @@ def validating_policy(shapes: Mapping[str, RuntimeShape], flavors: Mapping[str, 
                               " namespace\\'s queue offers (offered: ' + variables.offered.join(', ') + ')'"},
         {"expression": "size(variables.unknown) > 0 || variables.fits",
          "messageExpression": f"'{FIELD} asks more per node than one node of any flavor of this namespace\\'s queue"
-                              " holds (' + (variables.namespace in variables.flavorsByNamespace ?"
-                              " variables.flavorsByNamespace[variables.namespace] : '') +"
+                              " holds (' + (variables.ns in variables.flavorsByNamespace ?"
+                              " variables.flavorsByNamespace[variables.ns] : '') +"
                               " '): lower it and raise numNodes'"},
         {"expression": f"!variables.torch || !has(object.spec.trainer) || !has({num_proc}) || size(variables.gpus) == 0"
-                       f" || {_q('variables.podRequests[variables.gpus[0]]')}.sign() == 0"
+                       f" || {_q('variables.podRequests[variables.gpus[0]]')}.compareTo(quantity('0')) == 0"
                        f" || {_q('variables.podRequests[variables.gpus[0]]')}.compareTo(quantity(string({num_proc}))) >= 0",
          "messageExpression": f"'spec.trainer.numProcPerNode ' + string({num_proc}) + ' starts more processes per node"
                               " than its ' + string(variables.podRequests[variables.gpus[0]]) + ' ' + variables.gpus[0]"
