@@ -7,7 +7,7 @@ real Kueue, JobSet and Trainer (tests/cluster/test_job_shapes.py: what is admitt
 on the right flavor, and the quota Kueue reserves is what the pods request).
 
 A shape is written once per pool kind, with ``R`` standing for the pool's accelerator resource
-(``nvidia.com/gpu``, a MIG profile, or time-sliced replicas) and ``N`` for an amount one node holds.
+(``nvidia.com/gpu``, a MIG profile, or time-sliced replicas), ``N`` for what one node holds and ``HALF`` for half of it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ POOLS = {
 
 @dataclass(frozen=True)
 class Shape:
-    """One way of writing resourcesPerNode (``R``/``N``/``N+1``/``HALF`` are filled in per pool)."""
+    """One way of writing resourcesPerNode (``R``, ``N``, ``N+1`` and ``HALF`` are filled in per pool)."""
 
     name: str
     requests: dict[str, Any] | None = None
@@ -48,6 +48,8 @@ SHAPES = (
     Shape("no resourcesPerNode"),
     Shape("limits only", limits={"R": "HALF"}, sdk=None),
     Shape("limits only, 2 nodes", limits={"R": "HALF"}, num_nodes=2),
+    # The TrainJob of the report: a whole node's accelerators as a limit alone, on two nodes.
+    Shape("a node's worth as a limit, 2 nodes", limits={"R": "N"}, num_nodes=2),
     Shape("requests only", requests={"R": "HALF"}),
     Shape("both, equal", requests={"R": "HALF"}, limits={"R": "HALF"}, sdk={"R": "HALF"}),
     Shape("both, unequal", requests={"R": 1}, limits={"R": "HALF"}),
@@ -68,7 +70,7 @@ RUNTIMES = ("torch-distributed", "deepspeed-mpi", "lora-finetune", "lora-peft")
 def fill(values: dict[str, Any] | None, resource: str, per_node: int) -> dict[str, Any] | None:
     if values is None:
         return None
-    amounts = {"HALF": str(max(1, per_node // 2)), "N+1": str(per_node + 1)}
+    amounts = {"HALF": str(max(1, per_node // 2)), "N": str(per_node), "N+1": str(per_node + 1)}
     return {(resource if k == "R" else k): amounts.get(v, v) if isinstance(v, str) else v for k, v in values.items()}
 
 
