@@ -35,8 +35,8 @@ from trainyard.config.gpu_operator import (
     GPU,
     MIG_CONFIG_LABEL,
     GpuOperator,
-    mig_config_name,
 )
+from trainyard.config.gpu_pools import mig_config_name
 from trainyard.config.model import GpuPool, PlatformConfig
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.installs import COMPONENT_LABEL, ChartRelease, mirrored_parts
