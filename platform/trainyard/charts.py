@@ -42,7 +42,7 @@ from typing import Any
 
 from trainyard import catalog, post_render, yamlio
 from trainyard.config.load import project_root
-from trainyard.manifests.installs import ChartRelease
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.meta import Manifest
 
 CHARTS_DIR_ENV = "TRAINYARD_CHARTS_DIR"

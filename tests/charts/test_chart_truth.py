@@ -23,7 +23,7 @@ import pytest
 from tests.charts.conftest import CHARTS_DIR, HELM, MISSING, Renderers
 from tests.conftest import CRDS_DIR, STACKS, rendered, stack
 from trainyard import catalog, charts, post_render
-from trainyard.manifests.installs import ChartRelease
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.review.chart_truth import ChartTruth, check_release, format_summary
 from trainyard.schemas import Validator
 

@@ -16,7 +16,7 @@ from tests.charts.conftest import Renderers
 from tests.conftest import ROOT, rendered, stack
 from trainyard import charts
 from trainyard.manifests.data_cache import CHART_CLUSTER_ROLE
-from trainyard.manifests.installs import ChartRelease
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.review.chart_truth import check_release, format_summary
 from trainyard.schemas import Validator
 

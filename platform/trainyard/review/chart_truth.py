@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from trainyard import charts, post_render, yamlio
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import RenderedPlatform, installs, kueue
-from trainyard.manifests.installs import ChartRelease
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.meta import object_id
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from trainyard.manifests.installs import ChartRelease
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.meta import Manifest
 
 Method = Literal["rendered", "templates", "unknown"]
