@@ -26,12 +26,14 @@ from typing import TYPE_CHECKING, Any
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.rehearsal import fake_nodes
 from trainyard.project import Stack
-from trainyard.rehearsal.cluster import ClusterError, ControlPlane, Settings
+from trainyard.rehearsal.cluster import CONTROL_PLANE, ControlPlane
 from trainyard.rehearsal.controllers import Controllers
 from trainyard.rehearsal.kube import Kube, KubeError, Manifest, wait_until
 from trainyard.rehearsal.kwok import Kwok
+from trainyard.rehearsal.processes import Processes
 from trainyard.rehearsal.report import Observer, check, table
 from trainyard.rehearsal.scenario import Job, Scenario, seconds
+from trainyard.rehearsal.settings import ClusterError, Settings
 from trainyard.rehearsal.stack import write_rehearsal_stack
 from trainyard.rehearsal.trainjobs import trainjob_for
 
@@ -346,8 +348,6 @@ class Rehearsal:
 
 def stop_everything(settings: Settings) -> None:
     """Stop every process of the cluster by its pid file (the order matters only for the webhooks, removed before)."""
-    from trainyard.rehearsal.cluster import CONTROL_PLANE, Processes
-
     processes = Processes(settings)
     for name in ("kueue", "trainer", "jobset", "kwok", *reversed(CONTROL_PLANE)):
         processes.stop(name)

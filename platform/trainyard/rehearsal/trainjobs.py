@@ -12,10 +12,10 @@ from typing import Any
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.meta import DEFAULT_LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, TENANT_LABEL
-from trainyard.rehearsal.cluster import ClusterError
 from trainyard.rehearsal.kube import Manifest
 from trainyard.rehearsal.kwok import NEVER_READY_ANNOTATION, RUN_FOR_ANNOTATION
 from trainyard.rehearsal.scenario import Job
+from trainyard.rehearsal.settings import ClusterError
 
 # The runtimePatches manager the rehearsal's own pod settings go under (Kueue writes kueue.x-k8s.io/manager).
 PATCH_MANAGER = "trainyard.dev/rehearsal"
