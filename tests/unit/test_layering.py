@@ -42,7 +42,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("manifests", ("trainyard.manifests",)),
     # A stack in its project (loaded, rendered), and the rendered stack checked against upstream: strict
     # schemas (schemas) and the real charts rendered with helm (charts).
-    ("stack", ("trainyard.project", "trainyard.schemas", "trainyard.charts")),
+    ("stack", ("trainyard.project", "trainyard.schemas", "trainyard.chart_mirror", "trainyard.charts",
+               "trainyard.chart_probes")),
     ("components", ("trainyard.components",)),
     # Rules over manifests; the images a chart release composes are read the same way.
     ("policy", ("trainyard.policy", "trainyard.supply.chart_images")),

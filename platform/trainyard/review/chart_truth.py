@@ -10,7 +10,7 @@ later is covered by being declared), rendered with ``trainyard.charts``:
   CRD is one Trainyard declares itself, and the post-renderer run by helm (as Pulumi runs
   it) gives the same output as the in-process filter;
 - values: every leaf value Trainyard sets changes the output when changed
-  (``charts.probe_values``); a path the chart does not read is reported as unread;
+  (``chart_probes.probe_values``); a path the chart does not read is reported as unread;
 - modes: per chart, what Trainyard switches (``MODE_CHECKS``: Kueue's manager
   configuration, Trainer's default runtimes and bundled JobSet off);
 - schemas: every installed object passes the strict Kubernetes schemas or the upstream CRD
@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trainyard import charts, post_render, yamlio
+from trainyard import chart_probes, charts, post_render, yamlio
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import RenderedPlatform, installs, kueue
 from trainyard.manifests.chart_release import ChartRelease
@@ -169,7 +169,7 @@ class ChartTruth:
     release: ChartRelease
     rendered: charts.RenderedChart
     images: list[str]
-    probes: charts.ProbeReport
+    probes: chart_probes.ProbeReport
     problems: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -183,7 +183,7 @@ def check_release(stack: str, config: PlatformConfig, platform: RenderedPlatform
 
     rendered = renderer.render(release)
     images = sorted(set(images_of(list(rendered.objects))))
-    probes = charts.probe_values(renderer, release)
+    probes = chart_probes.probe_values(renderer, release)
     via_helm = charts.parse_manifests(renderer.render_text(release, post_renderer=post_render.command()))
     # Custom resources a chart renders validate against the CRDs the stack declares, else the chart's own.
     for crd in (*rendered.dropped, *platform.crds):
