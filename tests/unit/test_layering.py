@@ -356,6 +356,14 @@ def test_an_import_into_a_higher_layer_is_found(tmp_path: Path) -> None:
         ("trainyard.config.model", 2, "trainyard.manifests.meta.Manifest")]
 
 
+def test_docs_list_the_layers_in_this_order() -> None:
+    """docs/architecture.md, "Layers", is the table of LAYERS: the same layers, lowest first."""
+    text = (PLATFORM.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ")]
+    assert rows[1:] == [name for name, _ in LAYERS]  # the first row is the table's header
+
+
 def test_the_most_specific_prefix_places_a_module() -> None:
     assert layer_of("trainyard.supply.lock") == layer_of("trainyard.catalog")
     assert layer_of("trainyard.supply.bom") == layer_of("trainyard.rehearsal.session")

@@ -1,6 +1,6 @@
 """Helm chart releases of the upstream controllers, with Trainyard's values.
 
-``ChartRelease`` itself lives in ``manifests/chart_release.py`` (re-exported here).
+``ChartRelease`` itself lives in ``manifests/chart_release.py``, below every builder.
 
 CRDs never come from a chart: Trainyard declares them itself (verified, protected,
 applied first), so every chart is installed with its CRDs off.
