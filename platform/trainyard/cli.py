@@ -143,13 +143,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
 
-EXTENSIONS = ("trainyard.policy.cli", "trainyard.review.cli", "trainyard.review.chart_truth", "trainyard.supply.cli",
+EXTENSIONS = ("trainyard.policy.cli", "trainyard.review.cli", "trainyard.review.charts_cli", "trainyard.supply.cli",
               "trainyard.rehearsal.cli", "trainyard.serving.cli")
 # Which extension registers each of their commands (a unit test holds this to what they register).
 EXTENSION_OF = {
     "check": "trainyard.policy.cli", "policy-config": "trainyard.policy.cli",
     "diff": "trainyard.review.cli", "preview-comment": "trainyard.review.cli", "status": "trainyard.review.cli",
-    "charts": "trainyard.review.chart_truth",
+    "charts": "trainyard.review.charts_cli",
     "bom": "trainyard.supply.cli", "images": "trainyard.supply.cli",
     "cluster": "trainyard.rehearsal.cli", "kind": "trainyard.rehearsal.cli", "rehearse": "trainyard.rehearsal.cli",
     "promote": "trainyard.serving.cli",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from trainyard.config import PlatformConfig, load_stack, stack_path
 from trainyard.config.load import ConfigError, project_root
-from trainyard.config.multikueue import check_workers
+from trainyard.config.workers import check_workers
 from trainyard.manifests import RenderedPlatform, render_platform
 
 

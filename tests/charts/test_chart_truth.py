@@ -22,8 +22,8 @@ import pytest
 
 from tests.charts.conftest import CHARTS_DIR, HELM, MISSING, Renderers
 from tests.conftest import CRDS_DIR, STACKS, rendered, stack
-from trainyard import catalog, charts, post_render
-from trainyard.manifests.installs import ChartRelease
+from trainyard import catalog, chart_probes, charts, post_render
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.review.chart_truth import ChartTruth, check_release, format_summary
 from trainyard.schemas import Validator
 
@@ -124,7 +124,7 @@ def test_a_misspelt_value_path_is_reported_unread(renderers: Renderers) -> None:
     # "imagee" for "image": Helm ignores unknown keys; the chart keeps its default image.
     values["controllerManager"]["manager"]["imagee"] = values["controllerManager"]["manager"].pop("image")
     values["managerConfig"]["controllerManagerConfigYml"] = values["managerConfig"].pop("controllerManagerConfigYaml")
-    report = charts.probe_values(renderers("prod"), release, values)
+    report = chart_probes.probe_values(renderers("prod"), release, values)
     assert sorted(p.path for p in report.unread) == [
         "controllerManager.manager.imagee.pullPolicy",
         "controllerManager.manager.imagee.repository",
@@ -134,7 +134,8 @@ def test_a_misspelt_value_path_is_reported_unread(renderers: Renderers) -> None:
 
 
 def test_a_value_the_chart_reads_is_reported_read_with_its_evidence(renderers: Renderers) -> None:
-    report = charts.probe_values(renderers("prod"), _kueue(), {"controllerManager": {"manager": {"image": {"tag": "v0.19.2"}}}})
+    values = {"controllerManager": {"manager": {"image": {"tag": "v0.19.2"}}}}
+    report = chart_probes.probe_values(renderers("prod"), _kueue(), values)
     (probe,) = report.probes
     assert probe.read and "manager/manager.yaml" in probe.evidence and "image:" in probe.evidence
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from tests.charts.conftest import Renderers
 from tests.conftest import ROOT, rendered, stack
-from trainyard import charts
+from trainyard import chart_probes
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.data_cache import CHART_CLUSTER_ROLE
-from trainyard.manifests.installs import ChartRelease
 from trainyard.review.chart_truth import check_release, format_summary
 from trainyard.schemas import Validator
 
@@ -52,7 +52,7 @@ def test_dataCache_lws_install_false_does_not_remove_the_subchart(renderers: Ren
     objects = renderers(FIXTURE).render(trainer(), values).objects
     assert lws_controllers(objects) == ["trainer-lws-controller-manager"]
     # The chart-truth probe reports the path as unread, which is why Trainyard does not set it.
-    report = charts.probe_values(renderers(FIXTURE), trainer(), {"dataCache": {"enabled": True, "lws": {"install": False}}})
+    report = chart_probes.probe_values(renderers(FIXTURE), trainer(), {"dataCache": {"enabled": True, "lws": {"install": False}}})
     assert [p.path for p in report.unread] == ["dataCache.lws.install"]
 
 

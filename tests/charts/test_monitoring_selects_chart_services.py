@@ -38,7 +38,7 @@ import yaml
 from tests.charts.conftest import Renderers
 from tests.conftest import CRDS_DIR, STACKS, rendered, stack
 from trainyard import charts
-from trainyard.manifests.installs import ChartRelease
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.meta import Manifest, object_id
 
 WORKLOAD_KINDS = ("Deployment", "DaemonSet", "StatefulSet")

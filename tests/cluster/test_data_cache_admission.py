@@ -20,7 +20,7 @@ import yaml
 
 from tests.cluster.conftest import Cluster, bare_api_server
 from tests.conftest import ROOT, rendered
-from trainyard.manifests import data_cache, image_lock
+from trainyard.manifests import data_cache, data_cache_concern, image_lock
 from trainyard.manifests.meta import OBJECT_STORE_SECRET
 from trainyard.project import open_stack
 from trainyard.rehearsal.kube import wait_until
@@ -59,7 +59,7 @@ def test_the_policy_makes_upstreams_cache_pods_restricted_and_gives_them_the_ten
     cache_cluster.kubectl("apply", "--server-side", "--field-manager=trainyard", "-f", "-",
                           stdin=yaml.safe_dump_all([namespace, account, policy, binding]))
     config = open_stack(FIXTURE, ROOT).config
-    image = data_cache.cache_image(config, ROOT, image_lock(config, ROOT))
+    image = data_cache_concern.cache_image(config, ROOT, image_lock(config, ROOT))
 
     refusals: list[str] = []
 

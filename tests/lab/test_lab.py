@@ -80,6 +80,7 @@ pytestmark = pytest.mark.lab
 
 HERE = Path(__file__).parent
 PROGRAM = ROOT / "runtimes" / "programs" / "lora_peft.py"
+
 REQUIREMENTS = (ROOT / "runtimes" / "programs" / "requirements.txt").read_text()
 TORCH = re.search(r"^torch==(\S+)$", REQUIREMENTS, re.MULTILINE).group(1)  # type: ignore[union-attr]
 LAB_PYTHON = TOOLS / f"lab-torch-{TORCH}" / "bin" / "python"
@@ -93,6 +94,14 @@ RANKS, DDP_STEPS, DDP_INTERRUPT_AT = 2, 6, 2
 DATASET_ENTRY = {"name": "lab-chat", "licence": "CC-BY-4.0", "source": "tests/lab: generated sentences",
                  "classification": "internal"}
 LOG: list[str] = []
+
+
+def program_sha256() -> str:
+    """What the program records as its code: sha256 of ``sha256sum lora_peft.py trainyard_lora/*.py`` in its directory."""
+    files = [PROGRAM, *sorted((PROGRAM.parent / "trainyard_lora").glob("*.py"))]
+    listing = "".join(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.relative_to(PROGRAM.parent).as_posix()}\n"
+                      for f in files)
+    return hashlib.sha256(listing.encode()).hexdigest()
 
 
 def _lab_python() -> Path:
@@ -400,7 +409,7 @@ def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_promote_and_ser
         assert tags["trainyard.trainjob.name"] == "lab-sft" and tags["trainyard.trainjob.namespace"] == namespace
         assert tags["trainyard.runtime.name"] == "lora-peft" and "@sha256:" in tags["trainyard.runtime.image"]
         assert tags["trainyard.code.version"] == provenance_env["TRAINYARD_CODE_VERSION"]
-        assert tags["trainyard.code.program_sha256"] == hashlib.sha256(PROGRAM.read_bytes()).hexdigest()
+        assert tags["trainyard.code.program_sha256"] == program_sha256()
         assert tags["trainyard.kueue.workload"] == "trainjob-lab-sft-3f2a1" and tags["trainyard.kueue.queue"] == "default"
         assert tags["trainyard.kueue.flavor"] == provenance_env["TRAINYARD_KUEUE_FLAVOR"]
         assert tags["trainyard.world_size"] == "1"

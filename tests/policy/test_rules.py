@@ -12,8 +12,8 @@ import pytest
 
 from tests.conftest import needs_crds, rendered, stack
 from tests.policy.cases import GOOD_IMAGE, GPU, TENANT_NS, container, pod, trainjob, with_change
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.gpu_operator import PSA_EXCEPTION_ANNOTATION
-from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, TENANT_LABEL
 from trainyard.policy import RULE_IDS, RULES_BY_ID, Context
 from trainyard.policy.engine import run_rules

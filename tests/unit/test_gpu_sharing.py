@@ -11,7 +11,7 @@ import yaml
 from tests.conftest import ROOT, rendered, stack
 from tests.unit.test_config_errors import problems_of
 from trainyard.cli import main
-from trainyard.config.gpu_operator import advertised_resources
+from trainyard.config.gpu_pools import advertised_resources
 
 SHARING_FILE = ROOT / "tests" / "fixtures" / "stacks" / "Pulumi.gpu-sharing.yaml"
 SHARING = str(SHARING_FILE)

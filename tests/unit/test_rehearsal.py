@@ -26,8 +26,8 @@ from trainyard.rehearsal.controllers import (
 )
 from trainyard.rehearsal.kwok import NEVER_READY_ANNOTATION, RUN_FOR_ANNOTATION, rehearsal_stages
 from trainyard.rehearsal.scenario import Job, ScenarioError, load_scenario, seconds
-from trainyard.rehearsal.session import trainjob_for
 from trainyard.rehearsal.stack import EXTERNAL, merge, read_platform, rehearsal_platform
+from trainyard.rehearsal.trainjobs import trainjob_for
 
 SETTINGS = Settings(tools_dir=Path("/tools"), state_dir=Path("/state"), ports=Ports())
 

@@ -35,8 +35,8 @@ from trainyard.components.kubernetes_object import KubernetesObject
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import RenderedPlatform, render_platform
 from trainyard.manifests.admission import KUEUE_FLAVOR_POLICY
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.concern import Concern
-from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.lifecycle import REPLACED_ON_IMMUTABLE_CHANGE, holds_data, immutable_fields
 from trainyard.manifests.meta import TENANT_LABEL, Manifest
 

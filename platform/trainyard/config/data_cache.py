@@ -31,15 +31,12 @@ manifests/overlays/data-cache/namespace-rbac/, cmd/data_cache/Dockerfile; docs/c
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
-from trainyard.config.model import Count, Model, Name, Quantity
+from trainyard.config.base import Count, Model, Name, Quantity
 from trainyard.config.security import Endpoint
-
-if TYPE_CHECKING:
-    from trainyard.config.model import PlatformConfig
 
 # The reviewed runtime that uses the cache (runtimes/<name>.yaml); listed in runtimes.approved exactly when the cache is on.
 CACHE_RUNTIME = "torch-distributed-with-cache"
@@ -100,48 +97,3 @@ class DataCache(Model):
     run_as_user: Count = Field(
         default=65532, gt=0, description="UID the admission policy runs the cache pods as (the data-cache image's "
         "USER is a name, which runAsNonRoot cannot verify).")
-
-
-def validate_data_cache(config: PlatformConfig) -> None:
-    """Refuse a data cache that could not work on this stack, naming the field that is missing."""
-    from trainyard.config.model import FieldError  # defined after this module is imported
-
-    cache = config.data_cache
-    where = ("data_cache",)
-    listed = CACHE_RUNTIME in config.runtimes.approved
-    if listed and not cache.enabled:
-        raise FieldError(("runtimes", "approved", config.runtimes.approved.index(CACHE_RUNTIME)),
-                         f"{CACHE_RUNTIME} needs the data cache: set data_cache.enabled (docs/components/data-cache.md)")
-    if not cache.enabled:
-        return
-    if not listed:
-        raise FieldError(("runtimes", "approved"), f"data_cache.enabled installs the cache for the {CACHE_RUNTIME} "
-                                                   "runtime: list it here")
-    if config.versions.trainer not in LWS_FOR_TRAINER:
-        raise FieldError(("versions", "trainer"), f"the data cache is checked with Trainer "
-                                                  f"{', '.join(LWS_FOR_TRAINER)} only (its LWS subchart)")
-    if cache.credentials is None:
-        raise FieldError((*where, "credentials"),
-                         "the cache pods need object-store credentials and upstream gives them none but an IAM role "
-                         "annotation: set mode web-identity (EKS IRSA, or the pod-identity webhook and an STS-capable "
-                         "object store on-prem) with tenant_roles, or tenant-secret (the tenant's object-store Secret)")
-    if cache.api_server is None or not cache.api_server.cidrs:
-        raise FieldError((*where, "api_server"), "the cache initializer calls the kube-apiserver from the tenant "
-                                                 "namespace: name its addresses (cidrs) and port")
-    credentials = cache.credentials
-    tenants = [t.name for t in config.tenants]
-    if credentials.mode == "web-identity":
-        unknown = sorted(set(credentials.tenant_roles) - set(tenants))
-        if unknown:
-            raise FieldError((*where, "credentials", "tenant_roles", unknown[0]), "is not a tenant of this stack")
-        missing = [name for name in tenants if name not in credentials.tenant_roles]
-        if missing:
-            raise FieldError((*where, "credentials", "tenant_roles"),
-                             f"web-identity needs a role ARN for every tenant; missing: {', '.join(missing)}")
-    else:
-        if credentials.tenant_roles:
-            raise FieldError((*where, "credentials", "tenant_roles"), "only used with mode web-identity")
-        if config.object_store is None and config.security.network.object_store is None:
-            raise FieldError((*where, "credentials", "mode"),
-                             "tenant-secret gives the cache pods the tenant's trainyard-object-store Secret, which "
-                             "only a stack with an object store delivers (object_store, or security.network.object_store)")

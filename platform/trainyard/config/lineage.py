@@ -22,7 +22,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from trainyard.config.model import Model, Name
+from trainyard.config.base import Model, Name
 
 Classification = Literal["public", "internal", "confidential", "restricted"]
 _S3_OBJECT = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\s]*[^\s/]$")

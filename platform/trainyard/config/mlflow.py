@@ -17,7 +17,12 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from trainyard.config.model import Model, Name, Quantity
+from trainyard.config.base import Model, Name, Quantity
+
+# The MLflow chart's container port and pod selector labels (values.yaml service.containerPort;
+# templates/_helpers.tpl mlflow.selectorLabels with release name "mlflow").
+MLFLOW_PORT = 5000
+MLFLOW_POD_LABELS = {"app": "mlflow", "app.kubernetes.io/name": "mlflow", "app.kubernetes.io/instance": "mlflow"}
 
 
 def _matching(pattern: str, what: str) -> AfterValidator:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from trainyard.config.model import Duration, LabelKey, Labels, LabelValue, Model, Name
+from trainyard.config.base import Duration, LabelKey, Labels, LabelValue, Model, Name
 
 
 class Prometheus(Model):

@@ -6,7 +6,7 @@ cluster with the same tenant queues, no dispatching). The manager names each wor
 file, and the configs must agree: every tenant of the manager exists on every worker with the
 same namespace (so the dispatched job finds its namespace, LocalQueue and ClusterQueue) and
 the same priority classes. That cross-stack check reads the worker stack files
-(``check_workers``); the model here only checks one stack.
+(``config/workers.py``: ``check_workers``); the model here only checks one stack.
 
 A worker's kubeconfig is a deploy-time secret: the stack names a Pulumi config secret key or a
 file path read at deploy time, never the kubeconfig itself.
@@ -20,16 +20,11 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
-from trainyard.config.model import Model, Name
-
-if TYPE_CHECKING:
-    from trainyard.config.load import Problem
-    from trainyard.config.model import PlatformConfig
+from trainyard.config.base import Model, Name
 
 # A Pulumi config key in the trainyard namespace (`pulumi config set --secret trainyard:<key>`).
 _CONFIG_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
@@ -87,43 +82,3 @@ class MultiKueue(Model):
         if dupes:
             raise ValueError(f"workers: names must be unique; repeated: {', '.join(dupes)}")
         return self
-
-
-def check_workers(manager: PlatformConfig, manager_file: Path) -> list[Problem]:
-    """Problems between a manager stack and its worker stacks (empty when they match, or not a manager)."""
-    from trainyard.config.load import ConfigError, Problem, load_stack
-
-    if manager.multikueue is None or manager.multikueue.role != "manager":
-        return []
-    problems: list[Problem] = []
-    base = "trainyard:platform.multikueue.workers"
-    for i, worker in enumerate(manager.multikueue.workers):
-        where = f"{base}[{i}].stack"
-        path = Path(worker.stack) if Path(worker.stack).is_absolute() else manager_file.parent / worker.stack
-        try:
-            other = load_stack(path)
-        except ConfigError as exc:
-            problems.append(Problem(where, f"worker stack {worker.stack} is not valid: "
-                                    + "; ".join(p.render(exc.file) for p in exc.problems)))
-            continue
-        if other.multikueue is None or other.multikueue.role != "worker":
-            problems.append(Problem(where, f"{worker.stack} is not a MultiKueue worker (set multikueue.role: worker)"))
-        theirs = {t.name: t for t in other.tenants}
-        for tenant in manager.tenants:
-            match = theirs.get(tenant.name)
-            if match is None:
-                problems.append(Problem(where, f"tenant {tenant.name!r} has no queue on worker {worker.name} "
-                                        f"({worker.stack}): its dispatched jobs would find no LocalQueue there"))
-                continue
-            if match.namespace_name != tenant.namespace_name:
-                problems.append(Problem(where, f"tenant {tenant.name!r} uses namespace {tenant.namespace_name!r} here "
-                                        f"but {match.namespace_name!r} on worker {worker.name}"))
-            missing = sorted(set(tenant.priority_classes) - {p.name for p in other.priority_classes})
-            if missing:
-                problems.append(Problem(where, f"tenant {tenant.name!r}: priority classes {', '.join(missing)} are not "
-                                        f"defined on worker {worker.name}"))
-        extra = sorted(set(theirs) - {t.name for t in manager.tenants})
-        if extra:
-            problems.append(Problem(where, f"worker {worker.name} has tenants the manager does not dispatch: "
-                                    f"{', '.join(extra)}"))
-    return problems

@@ -25,16 +25,13 @@ Ref: ../shared/research/data-plane.md section 1.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
 from trainyard import catalog
-from trainyard.config.model import Model, Name, Quantity
+from trainyard.config.base import Model, Name, Quantity
 from trainyard.config.security import Endpoint
-
-if TYPE_CHECKING:
-    from trainyard.config.model import PlatformConfig
 
 Purpose = Literal["datasets", "checkpoints", "models"]
 PURPOSES: tuple[Purpose, ...] = ("datasets", "checkpoints", "models")
@@ -281,96 +278,6 @@ class ObjectStore(Model):
 
 # The name of the one MinIO Tenant (and of the tenant chart's release).
 MINIO_TENANT_NAME = "trainyard"
-
-
-def check_object_store(config: PlatformConfig) -> None:
-    """Cross-field rules of the object store: they need the tenant list, images and network settings."""
-    from trainyard.config.model import FieldError  # defined after this module is imported
-
-    store = config.object_store
-    if store is None:
-        return
-    tenants = {t.name for t in config.tenants}
-    for name in store.tenant_overrides:
-        if name not in tenants:
-            raise FieldError(("object_store", "tenant_overrides", name), f"{name!r} is not a tenant")
-    if store.backend == "minio" and config.images.registry_mirror is None:
-        raise FieldError(("object_store", "backend"),
-                         "backend 'minio' needs images.registry_mirror: MinIO publishes no community images any more, "
-                         "so its images must come from the platform mirror")
-    buckets = {store.platform_bucket(b.name) for b in store.platform_buckets}
-    buckets |= {store.tenant_bucket(t, p) for t in tenants for p in PURPOSES}
-    for name in sorted(buckets):
-        if not BUCKET_NAME.match(name):
-            raise FieldError(("object_store", "bucket_prefix"),
-                             f"bucket name {name!r} is not a valid S3 bucket name (3-63 characters); shorten the prefix "
-                             "or the tenant name")
-    _check_services(config, store, buckets)
-    _check_network(config, store)
-    _check_mlflow(config, store)
-
-
-def _check_mlflow(config: PlatformConfig, store: ObjectStore) -> None:
-    """MLflow's artifacts and backups are platform buckets of the service in MLflow's namespace, at this endpoint.
-
-    The service's credentials Secret (``trainyard-object-store`` in that namespace) is what the MLflow
-    server and the barman-cloud ObjectStore read (docs/components/mlflow.md).
-    """
-    from trainyard.config.model import FieldError
-
-    mlflow = config.mlflow
-    if not mlflow.enabled or mlflow.object_store is None:
-        return
-    where = ("mlflow", "object_store")
-    expected = store.endpoint_url()
-    if mlflow.object_store.endpoint_url != expected:
-        raise FieldError((*where, "endpoint_url"),
-                         f"{mlflow.object_store.endpoint_url!r} is not the object store's endpoint {expected!r}")
-    platform = {b.name for b in store.platform_buckets}
-    service = next((s for s in store.services if s.namespace == mlflow.namespace), None)
-    for field in ("artifacts_bucket", "backups_bucket"):
-        bucket = getattr(mlflow.object_store, field)
-        if bucket not in platform:
-            raise FieldError((*where, field), f"{bucket!r} is not in object_store.platform_buckets")
-        if service is None or service.access != "read-write" or bucket not in service.buckets:
-            raise FieldError(("object_store", "services"),
-                             f"MLflow needs a read-write service in namespace {mlflow.namespace!r} with bucket {bucket!r}")
-
-
-def _check_services(config: PlatformConfig, store: ObjectStore, buckets: set[str]) -> None:
-    from trainyard.config.model import FieldError
-
-    tenants = {t.name for t in config.tenants}
-    tenant_namespaces = {t.namespace_name for t in config.tenants}
-    for i, service in enumerate(store.services):
-        if service.name in tenants:
-            raise FieldError(("object_store", "services", i, "name"), f"{service.name!r} is also a tenant name")
-        if service.namespace in tenant_namespaces:
-            raise FieldError(("object_store", "services", i, "namespace"),
-                             f"{service.namespace!r} is a tenant namespace; its Secret would replace the tenant's")
-        for j, bucket in enumerate(service.buckets):
-            if bucket not in buckets and store.platform_bucket(bucket) not in buckets:
-                raise FieldError(("object_store", "services", i, "buckets", j),
-                                 f"bucket {bucket!r} is neither a platform bucket nor a tenant bucket")
-
-
-def _check_network(config: PlatformConfig, store: ObjectStore) -> None:
-    from trainyard.config.model import FieldError
-
-    allow = config.security.network.object_store
-    # Tenants reach the object store through security.network.object_store. For an in-cluster
-    # backend it is derived from the server (namespace, pod labels, S3 port); a hand-written one
-    # must say exactly the same, or tenants' pods would be allowed somewhere the server is not.
-    server = store.server_endpoint()
-    if server is None:
-        if allow is None or not allow.cidrs:
-            raise FieldError(("security", "network", "object_store"),
-                             "backend 'external' needs security.network.object_store with the endpoint's cidrs and port")
-    elif allow is not None and allow != server:
-        raise FieldError(("security", "network", "object_store"),
-                         f"does not match the {store.backend} server (namespace {server.namespace}, pod labels "
-                         f"{dict(server.pod_labels)}, ports {list(server.ports)}); remove it: it is derived from "
-                         "object_store")
 
 
 __all__ = ["BUCKET_NAME", "PURPOSES", "ObjectStore", "Purpose", "ServiceIdentity", "TenantObjectStore"]

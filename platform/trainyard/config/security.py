@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from trainyard.config.model import Labels, Model, Name
+from trainyard.config.base import Labels, Model, Name
 from trainyard.policy_ids import RULE_IDS
 
 # namespace (DNS-1123 label) / Service name (DNS-1035 label), each at most 63.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from trainyard.config.model import Model, Name, ProjectPath, Text
+from trainyard.config.base import Model, Name, ProjectPath, Text
 from trainyard.config.security import Port
 
 

@@ -19,6 +19,7 @@ from trainyard.manifests import (
     cert_manager,
     crds,
     data_cache,
+    data_cache_concern,
     gpu_operator,
     installs,
     kueue,
@@ -33,8 +34,8 @@ from trainyard.manifests import (
     tenants,
     trainjob_resources,
 )
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.concern import Concern
-from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest, object_id, object_key
 from trainyard.supply.lock import ImageLock, LockFileError, load_lock
 
@@ -149,7 +150,7 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
             kueue.build(config),
             multikueue.build(config),
             approved_runtimes,
-            data_cache.build(config, root, lock),
+            data_cache_concern.build(config, root, lock),
             admission.build(config),
             trainjob_resources.build(config, approved_runtimes.objects),
             tenants.build(config),

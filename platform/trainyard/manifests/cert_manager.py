@@ -21,8 +21,9 @@ from typing import Any
 
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.concern import Concern
-from trainyard.manifests.installs import ChartRelease, mirrored_parts, pinned_chart, system_namespace
+from trainyard.manifests.installs import mirrored_parts, pinned_chart, system_namespace
 from trainyard.manifests.meta import Manifest
 from trainyard.manifests.network import controller_policies
 

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.generated import GeneratedValue
 from trainyard.manifests.meta import Manifest
-
-if TYPE_CHECKING:
-    from trainyard.manifests.installs import ChartRelease
 
 
 @dataclass(frozen=True)

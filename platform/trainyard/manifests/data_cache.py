@@ -17,6 +17,10 @@ directory and verified by blob SHA). This module adds the rest:
 - the cache runtime's wiring (``wire_runtime``): ``CACHE_IMAGE`` pinned by the image lock, the
   cache cluster's size and resources, ``envFrom`` the ConfigMap.
 
+The concern itself (``build``) is assembled in ``manifests/data_cache_concern.py``: the pod policy
+matches the cache image the reviewed runtime names, so it reads the runtime through
+``manifests/runtimes.py``, which in turn wires the runtime with ``wire_runtime`` from here.
+
 Ref: kubeflow/trainer v2.3.0 pkg/initializers/dataset/cache.py (what the initializer creates and reads),
 charts/kubeflow-trainer/templates/data-cache/cluster-role.yaml, manifests/overlays/data-cache/namespace-rbac/;
 https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-policy/
@@ -24,13 +28,11 @@ https://kubernetes.io/docs/reference/access-authn-authz/mutating-admission-polic
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from trainyard import catalog
 from trainyard.config.data_cache import CACHE_RUNTIME, LWS_FOR_TRAINER
 from trainyard.config.model import PlatformConfig, Tenant
-from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import OBJECT_STORE_SECRET, TENANT_LABEL, Manifest, metadata
 from trainyard.supply.lock import ImageLock
 from trainyard.supply.reference import ImageRef, mirrored
@@ -203,26 +205,3 @@ def pod_policy(config: PlatformConfig, cache_image: str) -> tuple[Manifest, Mani
                      {"key": TENANT_LABEL, "operator": "Exists"}]}}},
     }
     return policy, binding
-
-
-def cache_image(config: PlatformConfig, root: Path, lock: ImageLock) -> str:
-    """The data-cache image the reviewed cache runtime names (CACHE_IMAGE), pinned by the lock."""
-    from trainyard.manifests.runtimes import load_runtime  # runtimes calls wire_runtime: imported here, not on top
-
-    runtime = load_runtime(root / config.runtimes.directory / f"{CACHE_RUNTIME}.yaml", config, lock)
-    images = runtime_image_env(runtime)
-    if len(images) != 1:
-        from trainyard.manifests.runtimes import RuntimeFileError
-
-        raise RuntimeFileError(f"{config.runtimes.directory}/{CACHE_RUNTIME}.yaml", "CACHE_IMAGE",
-                               f"the dataset-initializer must name the data-cache image exactly once (found {len(images)})")
-    return str(lock.pin(ImageRef.parse(images[0])))
-
-
-def build(config: PlatformConfig, root: Path, lock: ImageLock | None = None) -> Concern:
-    """The data cache: the cache pods' admission policy, and per tenant the initializer's RBAC, settings and path."""
-    if not config.data_cache.enabled:
-        return Concern("data-cache")
-    pins = lock if lock is not None else ImageLock()
-    return Concern("data-cache", objects=pod_policy(config, cache_image(config, root, pins)),
-                   tenant_objects={t.name: tenant_objects(config, t) for t in config.tenants})

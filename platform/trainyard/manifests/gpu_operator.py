@@ -35,11 +35,12 @@ from trainyard.config.gpu_operator import (
     GPU,
     MIG_CONFIG_LABEL,
     GpuOperator,
-    mig_config_name,
 )
+from trainyard.config.gpu_pools import mig_config_name
 from trainyard.config.model import GpuPool, PlatformConfig
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.concern import Concern
-from trainyard.manifests.installs import COMPONENT_LABEL, ChartRelease, mirrored_parts
+from trainyard.manifests.installs import COMPONENT_LABEL, mirrored_parts
 from trainyard.manifests.kueue import toleration_for
 from trainyard.manifests.meta import Manifest, metadata
 

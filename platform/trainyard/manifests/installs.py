@@ -1,12 +1,13 @@
 """Helm chart releases of the upstream controllers, with Trainyard's values.
 
+``ChartRelease`` itself lives in ``manifests/chart_release.py``, below every builder.
+
 CRDs never come from a chart: Trainyard declares them itself (verified, protected,
 applied first), so every chart is installed with its CRDs off.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -14,47 +15,11 @@ import yaml
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import data_cache, kueue
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import Manifest, metadata
 from trainyard.supply.lock import ImageLock
 from trainyard.supply.reference import ImageRef, mirrored
-
-
-@dataclass(frozen=True)
-class ChartRelease:
-    """One Helm release: which chart at which version, into which namespace, with which values."""
-
-    name: str
-    component: str
-    chart: str
-    version: str
-    namespace: str
-    repo: str | None = None
-    values: dict[str, Any] = field(default_factory=dict)
-    external: bool = False
-    # Secrets the chart fills with values it generates while rendering (randAlphaNum, genPrivateKey):
-    # every render differs, so Pulumi keeps the first ones (ignoreChanges on their data).
-    regenerated_secrets: tuple[str, ...] = ()
-
-    @property
-    def chart_name(self) -> str:
-        """The chart's own name (``Chart.yaml`` ``name``), from an OCI reference or a repo chart name."""
-        return catalog.chart_name(self.chart)
-
-    @property
-    def mirror_dir(self) -> str:
-        """Where a chart mirror (../shared/charts) keeps this chart: ``<mirror_dir>/<version>/``."""
-        return catalog.chart_mirror_dir(self.chart_name)
-
-    def as_document(self) -> dict[str, Any]:
-        """What ``trainyard render`` writes for a chart (it is not a Kubernetes object)."""
-        doc: dict[str, Any] = {"chart": self.chart, "version": self.version, "namespace": self.namespace,
-                               "release": self.name}
-        if self.repo:
-            doc["repo"] = self.repo
-        doc["external"] = self.external
-        doc["values"] = self.values
-        return doc
 
 
 def pinned_chart(config: PlatformConfig, pinned: catalog.Release, name: str, values: dict[str, Any]) -> ChartRelease:
@@ -188,3 +153,4 @@ def trainer_public(config: PlatformConfig) -> list[Manifest]:
 def build(config: PlatformConfig, lock: ImageLock | None = None) -> Concern:
     """The controllers concern: the system namespaces of installed controllers and their chart releases."""
     return Concern("controllers", objects=tuple(namespaces(config)), releases=tuple(releases(config, lock)))
+

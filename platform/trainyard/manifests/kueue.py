@@ -15,7 +15,8 @@ from fractions import Fraction
 from typing import Any
 
 from trainyard import catalog
-from trainyard.config.gpu_operator import MIG_PREFIX, advertised_resources, compute_slices, gpu_equivalent, mig_resources
+from trainyard.config.gpu_operator import MIG_PREFIX, compute_slices
+from trainyard.config.gpu_pools import advertised_resources, gpu_equivalent, mig_resources
 from trainyard.config.model import FlavorQuota, GpuPool, PlatformConfig, Tenant, gpu_share
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import DEFAULT_LOCAL_QUEUE, TENANT_LABEL, Manifest, metadata

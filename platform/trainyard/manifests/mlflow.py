@@ -28,9 +28,10 @@ from typing import Any
 from trainyard import catalog
 from trainyard.config.mlflow import Mlflow, MlflowObjectStore
 from trainyard.config.model import MLFLOW_POD_LABELS, MLFLOW_PORT, PlatformConfig
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.generated import GeneratedValue, names_in, placeholder
-from trainyard.manifests.installs import COMPONENT_LABEL, ChartRelease
+from trainyard.manifests.installs import COMPONENT_LABEL
 from trainyard.manifests.meta import MLFLOW_SECRET, OBJECT_STORE_SECRET, TENANT_LABEL, Manifest, metadata
 from trainyard.manifests.network import NAMESPACE_NAME_LABEL, controller_policies
 from trainyard.manifests.tenants import PSA_LABELS

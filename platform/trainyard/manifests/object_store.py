@@ -32,9 +32,10 @@ from typing import Any
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig, Tenant
 from trainyard.config.object_store import MINIO_TENANT_NAME, PURPOSES, ObjectStore, Purpose, ServiceIdentity
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.generated import GeneratedValue
-from trainyard.manifests.installs import COMPONENT_LABEL, ChartRelease, component_version, upstream_image
+from trainyard.manifests.installs import COMPONENT_LABEL, component_version, upstream_image
 from trainyard.manifests.meta import NON_SECRET_KEYS, OBJECT_STORE_SECRET, TENANT_LABEL, Manifest, metadata
 from trainyard.manifests.network import NAMESPACE_NAME_LABEL
 from trainyard.supply.lock import ImageLock

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainyard.config.gpu_operator import advertised_per_node
+from trainyard.config.gpu_pools import advertised_per_node
 from trainyard.config.model import HOSTNAME_LABEL, PlatformConfig
 from trainyard.manifests.meta import MANAGED_BY, Manifest
 

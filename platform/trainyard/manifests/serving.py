@@ -44,8 +44,9 @@ from trainyard import catalog
 from trainyard.config.model import PlatformConfig, Tenant
 from trainyard.config.serving import Serving
 from trainyard.manifests import object_store
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.concern import Concern
-from trainyard.manifests.installs import ChartRelease, mirrored_parts, pinned_chart, system_namespace
+from trainyard.manifests.installs import mirrored_parts, pinned_chart, system_namespace
 from trainyard.manifests.meta import (
     APPROVED_RUNTIME_LABEL,
     INFERENCE_SERVICE_POD_LABEL,

@@ -57,7 +57,8 @@ from fractions import Fraction
 from typing import Any
 
 from trainyard import catalog
-from trainyard.config.gpu_operator import MIG_PREFIX, advertised_per_node
+from trainyard.config.gpu_operator import MIG_PREFIX
+from trainyard.config.gpu_pools import advertised_per_node
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import TENANT_LABEL, Manifest, metadata

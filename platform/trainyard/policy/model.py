@@ -20,7 +20,7 @@ from trainyard.config.security import PolicyLevel
 from trainyard.manifests.meta import Manifest
 
 if TYPE_CHECKING:
-    from trainyard.manifests.installs import ChartRelease
+    from trainyard.manifests.chart_release import ChartRelease
 
 Severity = Literal["mandatory", "advisory"]
 STACK_OBJECT = "(stack)"

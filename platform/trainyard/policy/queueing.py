@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from trainyard import catalog
-from trainyard.config.gpu_operator import advertised_resources
+from trainyard.config.gpu_pools import advertised_resources
 from trainyard.manifests.meta import Manifest
 from trainyard.policy.model import Context, object_rule, stack_rule
 from trainyard.policy.pods import as_dict, as_list, dig

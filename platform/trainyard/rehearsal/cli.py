@@ -14,10 +14,12 @@ from pathlib import Path
 from trainyard.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
 from trainyard.config.load import project_root
 from trainyard.project import open_stack
-from trainyard.rehearsal.cluster import ClusterError, ControlPlane, Processes, Settings
+from trainyard.rehearsal.cluster import ControlPlane
 from trainyard.rehearsal.kube import KubeError
+from trainyard.rehearsal.processes import Processes
 from trainyard.rehearsal.scenario import Job, ScenarioError, load_scenario, scenario_path
 from trainyard.rehearsal.session import Rehearsal, stop_everything
+from trainyard.rehearsal.settings import ClusterError, Settings
 
 
 def _rehearsal(stack: str) -> Rehearsal:

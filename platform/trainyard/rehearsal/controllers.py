@@ -39,8 +39,10 @@ from trainyard.config.model import PlatformConfig
 from trainyard.manifests import crds as crd_source
 from trainyard.manifests import installs
 from trainyard.manifests import kueue as kueue_manifests
-from trainyard.rehearsal.cluster import HOST, ClusterError, Processes, Settings, http_ok, port_in_use
+from trainyard.rehearsal.health import http_ok
 from trainyard.rehearsal.kube import Kube, Manifest, wait_until
+from trainyard.rehearsal.processes import Processes, port_in_use
+from trainyard.rehearsal.settings import HOST, ClusterError, Settings
 
 FIELD_MANAGER = "trainyard-rehearsal"
 # Every object the rehearsal itself registers carries this label, so teardown finds exactly those.

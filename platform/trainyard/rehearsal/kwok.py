@@ -23,8 +23,9 @@ from pathlib import Path
 import yaml
 
 from trainyard.manifests.rehearsal import KWOK_NODE_ANNOTATION
-from trainyard.rehearsal.cluster import HOST, Processes, Settings
 from trainyard.rehearsal.kube import Kube, Manifest
+from trainyard.rehearsal.processes import Processes
+from trainyard.rehearsal.settings import HOST, Settings
 
 RUN_FOR_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
 NEVER_READY_ANNOTATION = "trainyard.dev/never-ready"

@@ -27,10 +27,10 @@ from typing import Any
 
 from trainyard.config.model import PlatformConfig
 from trainyard.project import Stack
-from trainyard.rehearsal.cluster import ClusterError, Settings
 from trainyard.rehearsal.kube import Kube, KubeError, Manifest, wait_until
 from trainyard.rehearsal.scenario import Job
 from trainyard.rehearsal.session import EngineRun, Rehearsal
+from trainyard.rehearsal.settings import ClusterError, Settings
 
 WORKLOADS = "workloads.kueue.x-k8s.io"
 TRAINJOBS = "trainjobs.trainer.kubeflow.org"

@@ -33,10 +33,10 @@ from typing import Any
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.meta import PRIORITY_CLASS_LABEL
-from trainyard.rehearsal.cluster import ClusterError
 from trainyard.rehearsal.kwok import NEVER_READY_ANNOTATION, RUN_FOR_ANNOTATION
 from trainyard.rehearsal.scenario import Job
-from trainyard.rehearsal.session import input_pins
+from trainyard.rehearsal.settings import ClusterError
+from trainyard.rehearsal.trainjobs import input_pins
 
 SDK_VERSION = "0.5.0"
 SDK_LOGGERS = ("kubeflow",)

@@ -23,24 +23,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainyard import catalog
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests.meta import DEFAULT_LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, TENANT_LABEL
 from trainyard.manifests.rehearsal import fake_nodes
 from trainyard.project import Stack
-from trainyard.rehearsal.cluster import ClusterError, ControlPlane, Settings
+from trainyard.rehearsal.cluster import CONTROL_PLANE, ControlPlane
 from trainyard.rehearsal.controllers import Controllers
 from trainyard.rehearsal.kube import Kube, KubeError, Manifest, wait_until
-from trainyard.rehearsal.kwok import NEVER_READY_ANNOTATION, RUN_FOR_ANNOTATION, Kwok
+from trainyard.rehearsal.kwok import Kwok
+from trainyard.rehearsal.processes import Processes
 from trainyard.rehearsal.report import Observer, check, table
 from trainyard.rehearsal.scenario import Job, Scenario, seconds
+from trainyard.rehearsal.settings import ClusterError, Settings
 from trainyard.rehearsal.stack import write_rehearsal_stack
+from trainyard.rehearsal.trainjobs import trainjob_for
 
 if TYPE_CHECKING:
     from trainyard.rehearsal.sdk import TenantSdk
 
-# The runtimePatches manager the rehearsal's own pod settings go under (Kueue writes kueue.x-k8s.io/manager).
-PATCH_MANAGER = "trainyard.dev/rehearsal"
 PROBE_NAMESPACE = "trainyard-rehearsal"
 TRAINJOBS_QUOTA_KEY = "count/trainjobs.trainer.kubeflow.org"
 
@@ -347,62 +346,8 @@ class Rehearsal:
         return failures
 
 
-def input_pins(config: PlatformConfig, job: Job) -> dict[str, str]:
-    """The trainer env pinning the job's dataset and base model to the stack's approved entries (lineage), as
-    ``trainyard-trainjob-inputs`` requires; a ClusterError if the stack does not approve them for the tenant."""
-    try:
-        return config.lineage.pins(job.tenant, job.dataset, job.model)
-    except ValueError as e:
-        raise ClusterError(f"job {job.name}: {e}") from None
-
-
-def trainjob_for(config: PlatformConfig, job: Job) -> Manifest:
-    """A tenant's TrainJob as the rehearsal submits it: through the tenant's LocalQueue, resources per node,
-    and the rehearsal's pod settings (kwok run time, never-ready, flavor pinning) as a runtime patch."""
-    tenant = next((t for t in config.tenants if t.name == job.tenant), None)
-    if tenant is None:
-        raise ClusterError(f"job {job.name}: tenant {job.tenant!r} is not in the stack")
-    pool = config.pool(job.flavor) if job.flavor else None
-    if job.flavor and pool is None:
-        raise ClusterError(f"job {job.name}: flavor {job.flavor!r} is not a GPU pool of the stack")
-    labels = {QUEUE_NAME_LABEL: DEFAULT_LOCAL_QUEUE, TENANT_LABEL: tenant.name}
-    if job.priority:
-        labels[PRIORITY_CLASS_LABEL] = job.priority
-    # Tenant namespaces' ResourceQuota limits requests.cpu/memory: every pod must request them.
-    resources = {catalog.GPU_RESOURCE: str(job.gpus_per_node), "cpu": "1", "memory": "4Gi"}
-    annotations = {RUN_FOR_ANNOTATION: job.run_for}
-    if job.never_ready:
-        annotations[NEVER_READY_ANNOTATION] = "true"
-    pod_spec: dict[str, Any] = {}
-    if pool is not None:
-        pod_spec["nodeSelector"] = dict(pool.node_labels)
-    pod_template: dict[str, Any] = {"metadata": {"annotations": annotations}}
-    if pod_spec:
-        pod_template["spec"] = pod_spec
-    initializer = {key: {"storageUri": uri} for key, uri in (("dataset", job.dataset), ("model", job.model)) if uri}
-    trainer: dict[str, Any] = {"numNodes": job.nodes, "resourcesPerNode": {"requests": resources, "limits": resources}}
-    pins = input_pins(config, job)
-    if pins:
-        trainer["env"] = [{"name": k, "value": v} for k, v in pins.items()]
-    return {
-        "apiVersion": catalog.TRAINER_API,
-        "kind": "TrainJob",
-        "metadata": {"name": job.name, "namespace": tenant.namespace_name, "labels": labels},
-        "spec": {
-            **({"initializer": initializer} if initializer else {}),
-            "runtimeRef": {"name": job.runtime},
-            "trainer": trainer,
-            # Ref: trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go (RuntimePatch)
-            "runtimePatches": [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
-                "replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod_template}}}]}}}}],
-        },
-    }
-
-
 def stop_everything(settings: Settings) -> None:
     """Stop every process of the cluster by its pid file (the order matters only for the webhooks, removed before)."""
-    from trainyard.rehearsal.cluster import CONTROL_PLANE, Processes
-
     processes = Processes(settings)
     for name in ("kueue", "trainer", "jobset", "kwok", *reversed(CONTROL_PLANE)):
         processes.stop(name)

@@ -28,7 +28,7 @@ from trainyard import yamlio
 from trainyard.config import ConfigError, PlatformConfig, validate_platform
 from trainyard.config.load import CONFIG_KEY
 from trainyard.config.model import Rehearsal
-from trainyard.rehearsal.cluster import CONTEXT
+from trainyard.rehearsal.settings import CONTEXT
 
 
 def _chart_controllers() -> list[str]:

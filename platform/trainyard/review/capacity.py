@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from trainyard import catalog
-from trainyard.config.gpu_operator import COMPUTE_SLICES, advertised_resources, gpu_equivalent, mig_gpus, sharing_of
+from trainyard.config.gpu_operator import COMPUTE_SLICES
+from trainyard.config.gpu_pools import advertised_resources, gpu_equivalent, mig_gpus, sharing_of
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.kueue import MIG_SLICES
 

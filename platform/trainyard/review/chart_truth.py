@@ -10,39 +10,36 @@ later is covered by being declared), rendered with ``trainyard.charts``:
   CRD is one Trainyard declares itself, and the post-renderer run by helm (as Pulumi runs
   it) gives the same output as the in-process filter;
 - values: every leaf value Trainyard sets changes the output when changed
-  (``charts.probe_values``); a path the chart does not read is reported as unread;
+  (``chart_probes.probe_values``); a path the chart does not read is reported as unread;
 - modes: per chart, what Trainyard switches (``MODE_CHECKS``: Kueue's manager
   configuration, Trainer's default runtimes and bundled JobSet off);
 - schemas: every installed object passes the strict Kubernetes schemas or the upstream CRD
   schema of its kind.
 
-``trainyard charts STACK`` prints the summary; tests/charts asserts on the same report.
+``trainyard charts STACK`` (``review/charts_cli.py``) prints the summary; tests/charts asserts on the same report.
 """
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trainyard import charts, post_render, yamlio
+from trainyard import chart_probes, charts, post_render, yamlio
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import RenderedPlatform, installs, kueue
-from trainyard.manifests.installs import ChartRelease
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.meta import object_id
+from trainyard.supply.chart_images import CR_IMAGE_FIELDS
 
 if TYPE_CHECKING:
-    # Imported where used: jsonschema costs every `trainyard` command (this module registers `charts`) ~0.1 s.
+    # Imported where used: jsonschema costs `trainyard charts` ~0.1 s before it needs it.
     from trainyard.schemas import Validator
 
 UNPINNED_TAGS = frozenset({"", "latest", "main", "master"})
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 
 
-# Custom resources that name the image their operator runs in a field of their own.
-# Ref: minio/operator pkg/apis/minio.min.io/v2/types.go TenantSpec.Image (the pools' server image).
-CR_IMAGE_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {("minio.min.io/v2", "Tenant"): ("spec", "image")}
 
 
 def images_of(obj: Any) -> Iterator[str]:
@@ -172,7 +169,7 @@ class ChartTruth:
     release: ChartRelease
     rendered: charts.RenderedChart
     images: list[str]
-    probes: charts.ProbeReport
+    probes: chart_probes.ProbeReport
     problems: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -186,7 +183,7 @@ def check_release(stack: str, config: PlatformConfig, platform: RenderedPlatform
 
     rendered = renderer.render(release)
     images = sorted(set(images_of(list(rendered.objects))))
-    probes = charts.probe_values(renderer, release)
+    probes = chart_probes.probe_values(renderer, release)
     via_helm = charts.parse_manifests(renderer.render_text(release, post_renderer=post_render.command()))
     # Custom resources a chart renders validate against the CRDs the stack declares, else the chart's own.
     for crd in (*rendered.dropped, *platform.crds):
@@ -229,56 +226,3 @@ def format_summary(truth: ChartTruth) -> str:
         lines += [f"  FAIL {check}: {p}" for p in problems]
     lines.append(f"  {'ok' if truth.ok else 'FAILED'}")
     return "\n".join(lines)
-
-
-def _cmd_charts(args: argparse.Namespace) -> int:
-    from trainyard.cli import EXIT_OK, EXIT_VIOLATIONS, UsageError
-    from trainyard.project import open_stack
-    from trainyard.schemas import Validator
-
-    stack = open_stack(args.stack)
-    platform = stack.render()
-    directory, helm = charts.charts_dir(stack.root), charts.helm_binary()
-    if directory is None or helm is None:
-        raise UsageError(f"chart truth needs the chart mirror ({charts.CHARTS_DIR_ENV}, default ../shared/charts) and "
-                         "helm (tools/build.sh helm, or TRAINYARD_HELM)")
-    crd_dir = charts.crd_mirror(stack.root)
-    if crd_dir is None:
-        raise UsageError("chart truth needs the upstream CRD mirror (TRAINYARD_CRDS_DIR, default ../shared/crds)")
-    try:
-        renderer = charts.ChartRenderer(directory, helm, api_versions=charts.api_versions(platform.crds))
-    except charts.ChartUnavailable as exc:
-        raise UsageError(str(exc)) from None
-    ok = True
-    try:
-        for release in platform.releases:
-            try:
-                truth = check_release(stack.name, stack.config, platform, release, renderer, Validator(crd_dir))
-            except (charts.ChartUnavailable, charts.ChartRenderError) as exc:
-                print(f"{stack.name} / {release.name}: FAILED: {exc}")
-                ok = False
-                continue
-            print(format_summary(truth))
-            ok = ok and truth.ok
-    finally:
-        renderer.close()
-    print(f"{len(platform.releases)} charts, {renderer.helm_runs} helm renders")
-    return EXIT_OK if ok else EXIT_VIOLATIONS
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    help_text = ("render every chart the stack installs with the built helm and check that Trainyard's values take "
-                 "effect (images, CRDs off, modes, every value read, strict schemas)")
-    cmd = subparsers.add_parser("charts", help=help_text, description=help_text)
-    cmd.add_argument("stack", metavar="STACK", help="stack name (prod = stacks/Pulumi.prod.yaml) or path")
-    cmd.set_defaults(func=_cmd_charts)
-
-
-def _register() -> None:
-    from trainyard.cli import EXTRA_COMMANDS
-
-    if register not in EXTRA_COMMANDS:
-        EXTRA_COMMANDS.append(register)
-
-
-_register()

@@ -23,8 +23,8 @@ from typing import Any
 from trainyard import catalog
 from trainyard.config import ConfigError, PlatformConfig
 from trainyard.manifests import RenderedPlatform, RenderError
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.crds import read_only_documents
-from trainyard.manifests.installs import ChartRelease
 from trainyard.manifests.meta import Manifest
 from trainyard.project import Stack, open_stack
 from trainyard.review import revision

@@ -24,7 +24,7 @@ from typing import Any
 
 from trainyard import catalog, charts, yamlio
 from trainyard.manifests import RenderedPlatform
-from trainyard.manifests.installs import ChartRelease
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.meta import Manifest
 from trainyard.project import Stack
 

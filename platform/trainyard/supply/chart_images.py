@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from trainyard.manifests.installs import ChartRelease
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.meta import Manifest
 
 Method = Literal["rendered", "templates", "unknown"]
@@ -179,11 +179,15 @@ TEMPLATE_IMAGES: dict[tuple[str, str], Callable[[Mapping[str, Any]], tuple[list[
 }
 
 
+# Custom resources that name the image their operator runs in a field of their own.
+# Ref: minio/operator pkg/apis/minio.min.io/v2/types.go TenantSpec.Image (the pools' server image).
+CR_IMAGE_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {("minio.min.io/v2", "Tenant"): ("spec", "image")}
+
+
 def rendered_images(objects: Sequence[Manifest]) -> list[str]:
     """Every container image of every pod-carrying object, and the image a custom resource names for
-    its operator to run (the MinIO Tenant's ``spec.image``; ``review.chart_truth.CR_IMAGE_FIELDS``)."""
+    its operator to run (the MinIO Tenant's ``spec.image``; ``CR_IMAGE_FIELDS``)."""
     from trainyard.policy.pods import containers
-    from trainyard.review.chart_truth import CR_IMAGE_FIELDS
 
     images = {str(c.container["image"]) for obj in objects for c in containers(obj)
               if isinstance(c.container.get("image"), str)}

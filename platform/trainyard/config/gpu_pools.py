@@ -1,0 +1,204 @@
+"""A GPU pool, and what its GPU stack makes it advertise to Kueue.
+
+A pool is a set of identical GPU nodes (one Kueue ResourceFlavor). This module also computes what
+a pool *advertises* (``advertised_resources``): the extended resources the device plugin registers
+on its nodes with the pool's MIG or time-slicing settings (``config/gpu_operator.py``), in the units
+tenants request. It is pure config: the builders in ``manifests/gpu_operator.py`` and
+``manifests/kueue.py``, the validation and the capacity report read it, so they never disagree.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from trainyard.config.base import HOSTNAME_LABEL, INT32_MAX, FieldError, LabelKey, Labels, LabelValue, Model, Name, Quantity
+from trainyard.config.gpu_operator import (
+    COMPUTE_SLICES,
+    GPU,
+    MEMORY_SLICES,
+    MIG_PREFIX,
+    MIG_PROFILES,
+    SHARED_GPU,
+    Mig,
+    TimeSlicing,
+    compute_slices,
+    mig_family,
+)
+from trainyard.quantity import parse_quantity
+
+
+class Taint(Model):
+    key: LabelKey = Field(description="Taint key carried by the pool's nodes.")
+    value: LabelValue | None = Field(default=None, description="Taint value; unset tolerates any value.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(description="Taint effect.")
+
+
+class GpuPool(Model):
+    """A set of identical GPU nodes. Each pool becomes one Kueue ResourceFlavor."""
+
+    name: Name = Field(description="Pool name; also the ResourceFlavor name.")
+    gpu_product: LabelValue = Field(min_length=1, description="GPU product, as the GPU feature discovery label reports it.")
+    gpus_per_node: int = Field(gt=0, le=INT32_MAX, description="Allocatable nvidia.com/gpu per node.")
+    nodes: int = Field(gt=0, le=INT32_MAX, description="Number of nodes; physical GPUs = nodes x gpus_per_node.")
+    cpu_per_node: Quantity = Field(description="Allocatable CPU per node.")
+    memory_per_node: Quantity = Field(description="Allocatable memory per node.")
+    # Ref: ResourceFlavor CRD spec.nodeLabels maxProperties 8, spec.tolerations maxItems 8.
+    node_labels: Labels = Field(max_length=8, description="Labels that select exactly this pool's nodes.")
+    taints: tuple[Taint, ...] = Field(
+        default=(), max_length=8, description="Taints of the pool's nodes; the flavor tolerates them for admitted pods.")
+    topology_labels: tuple[LabelKey, ...] = Field(
+        default=(),
+        description=f"Topology label keys the pool's nodes carry (e.g. block, rack); {HOSTNAME_LABEL} is implied.",
+    )
+    fake: bool = Field(default=False, description="Rehearsal only: nodes are fake Node objects with GPU capacity.")
+    driver: Literal["operator", "preinstalled"] = Field(
+        default="operator",
+        description="operator: the GPU operator installs the driver (one NVIDIADriver per pool); preinstalled: the "
+        "host image carries it and the nodes are labelled nvidia.com/gpu.deploy.driver=false.")
+    driver_version: str | None = Field(
+        default=None, description="Driver version for this pool; unset = gpu_operator.driver_version.")
+    mig: Mig | None = Field(default=None, description="MIG strategy and layout; unset = MIG off (whole GPUs).")
+    time_slicing: TimeSlicing | None = Field(default=None, description="Time-slicing replicas; unset = no sharing.")
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    @model_validator(mode="after")
+    def _selects_nodes(self) -> GpuPool:
+        if not self.node_labels:
+            raise ValueError("node_labels must select the pool's nodes (at least one label)")
+        if self.fake:
+            # Fake nodes are named <pool>-<index>, and that name is their hostname label value (at most 63).
+            # Their topology labels are <pool>-<key suffix>-<domain index> (manifests/rehearsal.py).
+            values = [f"{self.name}-{self.nodes - 1}"] + [
+                f"{self.name}-{key.rsplit('/', 1)[-1].rsplit('-', 1)[-1]}-{self.nodes - 1}" for key in self.topology_labels]
+            longest = max(values, key=len)
+            if self.nodes > MAX_FAKE_NODES or len(longest) > 63:
+                raise FieldError(("nodes",), f"a fake pool has at most {MAX_FAKE_NODES} nodes, whose names and "
+                                             f"topology label values fit in 63 characters ({longest!r})")
+        if self.driver == "preinstalled" and self.driver_version is not None:
+            raise ValueError("driver_version only applies to driver: operator")
+        validate_pool_sharing(self)
+        return self
+
+
+MAX_FAKE_NODES = 10_000
+
+
+def gpu_share(pool: GpuPool, gpus: int | Fraction, per_node: int | str) -> Fraction:
+    """The part of a per-node resource that ``gpus`` GPUs of ``pool`` stand for."""
+    return parse_quantity(per_node) * gpus / pool.gpus_per_node
+
+
+def mig_config_name(pool: GpuPool) -> str:
+    return f"trainyard-{pool.name}"
+
+
+def validate_pool_sharing(pool: GpuPool) -> None:
+    """The pool's MIG layout fits its GPUs; ValueError says which part does not."""
+    if pool.mig is None:
+        return
+    if pool.time_slicing is not None:
+        raise ValueError("mig and time_slicing together are not supported; choose one per pool")
+    family = mig_family(pool.gpu_product)
+    if family is None:
+        known = ", ".join(sorted(MIG_PROFILES))
+        raise ValueError(f"gpu_product {pool.gpu_product!r} has no MIG profile table here (known: {known})")
+    covered: set[int] = set()
+    for group in pool.mig.layout:
+        indices = set(range(pool.gpus_per_node)) if group.devices == "all" else set(group.devices)
+        bad = sorted(i for i in indices if i >= pool.gpus_per_node)
+        if bad:
+            raise ValueError(f"mig.layout: GPU indices {bad} do not exist (the nodes have {pool.gpus_per_node} GPUs)")
+        if indices & covered:
+            raise ValueError(f"mig.layout: GPUs {sorted(indices & covered)} are in two layout groups")
+        covered |= indices
+        for profile in group.slices:
+            if profile not in MIG_PROFILES[family]:
+                raise ValueError(f"mig.layout: {profile} is not a MIG profile of {family} "
+                                 f"(profiles: {', '.join(MIG_PROFILES[family])})")
+        compute = sum(compute_slices(p) * n for p, n in group.slices.items())
+        memory = sum(MIG_PROFILES[family][p] * n for p, n in group.slices.items())
+        # Necessary, not sufficient: mig-parted checks the exact placement on the node.
+        if compute > COMPUTE_SLICES or memory > MEMORY_SLICES:
+            raise ValueError(f"mig.layout: {dict(group.slices)} needs {compute}/{COMPUTE_SLICES} compute and "
+                             f"{memory}/{MEMORY_SLICES} memory slices of one {family}; it does not fit")
+    if covered != set(range(pool.gpus_per_node)):
+        missing = sorted(set(range(pool.gpus_per_node)) - covered)
+        raise ValueError(f"mig.layout: GPUs {missing} have no layout (list them with slices: {{}} to keep MIG off)")
+    if pool.mig.strategy == "single":
+        layouts = {tuple(sorted(g.slices.items())) for g in pool.mig.layout}
+        if len(layouts) != 1 or len(next(iter(layouts))) != 1:
+            raise ValueError("mig.strategy single needs one profile on every GPU (use mixed for other layouts)")
+
+
+def _per_node(pool: GpuPool) -> dict[str, int]:
+    """Extended resources the device plugin advertises on one node of ``pool``."""
+    if pool.time_slicing is not None:
+        name = SHARED_GPU if pool.time_slicing.rename_by_default else GPU
+        return {name: pool.gpus_per_node * pool.time_slicing.replicas}
+    if pool.mig is None:
+        return {GPU: pool.gpus_per_node}
+    out: dict[str, int] = {}
+    for group in pool.mig.layout:
+        gpus = pool.gpus_per_node if group.devices == "all" else len(group.devices)
+        if not group.slices:
+            out[GPU] = out.get(GPU, 0) + gpus
+        for profile, count in group.slices.items():
+            name = GPU if pool.mig.strategy == "single" else f"{MIG_PREFIX}{profile}"
+            out[name] = out.get(name, 0) + gpus * count
+    return out
+
+
+def advertised_per_node(pool: GpuPool) -> dict[str, int]:
+    """The extended resources one node of ``pool`` advertises (``advertised_resources`` per node)."""
+    return dict(_per_node(pool))
+
+
+def advertised_resources(pool: GpuPool) -> dict[str, int]:
+    """Every extended resource ``pool`` advertises, summed over its nodes, GPU first then by name.
+
+    8 nodes x 8 H200 in the layout ``{'1g.18gb': 7}`` advertise nvidia.com/mig-1g.18gb: 448.
+    """
+    per_node = _per_node(pool)
+    order = sorted(per_node, key=lambda name: (name != GPU, name))
+    return {name: per_node[name] * pool.nodes for name in order}
+
+
+def mig_gpus(pool: GpuPool) -> int:
+    """Physical GPUs of ``pool`` that are MIG-partitioned (in mixed strategy, the ones the slice budget counts)."""
+    if pool.mig is None or pool.mig.strategy != "mixed":
+        return 0
+    per_node = sum(pool.gpus_per_node if g.devices == "all" else len(g.devices) for g in pool.mig.layout if g.slices)
+    return per_node * pool.nodes
+
+
+def mig_resources(pools: tuple[GpuPool, ...]) -> list[str]:
+    """Every nvidia.com/mig-<profile> resource the pools advertise, sorted."""
+    return sorted({name for pool in pools for name in advertised_resources(pool) if name.startswith(MIG_PREFIX)})
+
+
+def gpu_equivalent(pool: GpuPool, resource: str) -> Fraction:
+    """How much of a physical GPU one unit of ``resource`` on ``pool`` is (for CPU/memory shares and reports)."""
+    if pool.time_slicing is not None:
+        return Fraction(1, pool.time_slicing.replicas)
+    if pool.mig is not None and (resource.startswith(MIG_PREFIX) or pool.mig.strategy == "single"):
+        if resource.startswith(MIG_PREFIX):
+            return Fraction(compute_slices(resource.removeprefix(MIG_PREFIX)), COMPUTE_SLICES)
+        profiles = {p for g in pool.mig.layout for p in g.slices}
+        if profiles:
+            return Fraction(compute_slices(next(iter(profiles))), COMPUTE_SLICES)
+    return Fraction(1)
+
+
+def sharing_of(pool: GpuPool) -> str:
+    """One word for reports: whole, mig-mixed, mig-single, time-sliced."""
+    if pool.time_slicing is not None:
+        return f"time-sliced x{pool.time_slicing.replicas}"
+    if pool.mig is not None:
+        return f"mig-{pool.mig.strategy}"
+    return "whole"

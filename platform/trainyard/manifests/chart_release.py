@@ -1,0 +1,51 @@
+"""A Helm chart release: which chart at which version, into which namespace, with which values.
+
+Plain data that every layer passes around: the builders make them (``manifests/installs.py`` for the
+controllers, each concern for its own charts), ``Concern.releases`` carries them, the components
+install them, ``charts`` renders them with helm and ``review`` compares them. It depends on nothing
+but the catalog, so each of those imports it without importing a builder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainyard import catalog
+
+
+@dataclass(frozen=True)
+class ChartRelease:
+    """One Helm release: which chart at which version, into which namespace, with which values."""
+
+    name: str
+    component: str
+    chart: str
+    version: str
+    namespace: str
+    repo: str | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+    external: bool = False
+    # Secrets the chart fills with values it generates while rendering (randAlphaNum, genPrivateKey):
+    # every render differs, so Pulumi keeps the first ones (ignoreChanges on their data).
+    regenerated_secrets: tuple[str, ...] = ()
+
+    @property
+    def chart_name(self) -> str:
+        """The chart's own name (``Chart.yaml`` ``name``), from an OCI reference or a repo chart name."""
+        return catalog.chart_name(self.chart)
+
+    @property
+    def mirror_dir(self) -> str:
+        """Where a chart mirror (../shared/charts) keeps this chart: ``<mirror_dir>/<version>/``."""
+        return catalog.chart_mirror_dir(self.chart_name)
+
+    def as_document(self) -> dict[str, Any]:
+        """What ``trainyard render`` writes for a chart (it is not a Kubernetes object)."""
+        doc: dict[str, Any] = {"chart": self.chart, "version": self.version, "namespace": self.namespace,
+                               "release": self.name}
+        if self.repo:
+            doc["repo"] = self.repo
+        doc["external"] = self.external
+        doc["values"] = self.values
+        return doc
