@@ -34,7 +34,7 @@ def test_check_prints_a_table_and_fails_on_a_mandatory_finding(capsys: pytest.Ca
 
 @needs_crds
 def test_advisory_findings_do_not_fail_the_check(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["check", "prod", str(BAD / "gpu-container-limits--requests-only.yaml")]) == 0
+    assert main(["check", "prod", str(BAD / "gpu-container-limits--notebook-without-memory-limit.yaml")]) == 0
     assert "prod: 0 mandatory, 1 advisory findings" in capsys.readouterr().out
 
 

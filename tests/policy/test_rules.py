@@ -120,6 +120,9 @@ CASES: dict[str, Case] = {
     "trainjob-queue-label": lambda objs: ([*objs, trainjob({PRIORITY_CLASS_LABEL: "standard"})], [*objs, trainjob()]),
     "trainjob-priority-class": lambda _: ([trainjob({QUEUE_NAME_LABEL: "default", PRIORITY_CLASS_LABEL: "critical"})],
                                           [trainjob()]),
+    # 16 GPUs a node on 8-GPU nodes; 8 (a limit alone) is completed and fits.
+    "trainjob-resources": lambda objs: (
+        [*objs, with_change(trainjob(), "spec.trainer.resourcesPerNode", {"limits": {GPU: 16}})], [*objs, trainjob()]),
     "isvc-approved-runtime": lambda _: ([isvc(runtime="kserve-vllmserver")], [isvc()]),
     "isvc-own-model-bucket": lambda _: ([isvc(uri="s3://search-ranking-models/m/1")], [isvc()]),
     "isvc-no-public-exposure": lambda _: ([isvc(labels={})], [isvc()]),
