@@ -7,9 +7,12 @@ runtime file, CRD source, arguments). A user mistake never ends in a traceback.
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from trainyard import __version__
 from trainyard.config import ConfigError
@@ -129,18 +132,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif extras:
         parser.error(f"unrecognized arguments: {' '.join(extras)}")
     handler = getattr(args, "func", None) or COMMANDS[args.command][1]
+    machine = getattr(args, "format", None) in MACHINE_FORMATS
     try:
         return handler(args)
     except ConfigError as exc:
         print(f"error: invalid stack {exc.file}", file=sys.stderr)
         for problem in exc.problems:
             print(f"  {problem.render(exc.file)}", file=sys.stderr)
+        if machine:
+            _print_json_error([{"file": exc.file, "line": p.line, "path": p.path, "reason": p.reason,
+                                "message": p.render(exc.file)} for p in exc.problems])
         return EXIT_BAD_INPUT
     except (RenderError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if machine:
+            _print_json_error([_error_fields(str(exc))])
         return EXIT_BAD_INPUT
     except BrokenPipeError:
         return EXIT_OK
+
+
+# A command given one of these formats reports bad input as a JSON document on stdout too (docs/review.md).
+MACHINE_FORMATS = frozenset({"json", "sarif", "junit"})
+ERROR_SCHEMA = "trainyard.error/v1"
+_WHERE = re.compile(r"^(?P<file>[^:\n]+?)(?::(?P<line>\d+))?(?: \(document \d+\))?: (?P<path>[^:\n]+?): (?P<reason>.+)$", re.S)
+
+
+def _error_fields(message: str) -> dict[str, Any]:
+    """``FILE[:LINE]: PATH: reason`` as fields where a message has that shape; the whole message always."""
+    match = _WHERE.match(message)
+    if match is None:
+        return {"file": None, "line": None, "path": None, "reason": message, "message": message}
+    line = match["line"]
+    return {"file": match["file"], "line": int(line) if line else None, "path": match["path"],
+            "reason": match["reason"], "message": message}
+
+
+def _print_json_error(errors: list[dict[str, Any]]) -> None:
+    print(json.dumps({"schema": ERROR_SCHEMA, "ok": False, "exit_code": EXIT_BAD_INPUT, "errors": errors}, indent=2,
+                     sort_keys=True, ensure_ascii=False))
 
 
 EXTENSIONS = ("trainyard.policy.cli", "trainyard.review.cli", "trainyard.review.chart_truth", "trainyard.supply.cli",
