@@ -32,6 +32,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     stack = open_stack(args.stack)
     stack.render()  # runtime files and CRD sources are part of a valid stack
     config = stack.config
+    if args.format == "json":
+        print(json.dumps({"schema": "trainyard.validate/v1", "ok": True, "exit_code": EXIT_OK, "stack": stack.name,
+                          "file": str(stack.path), "environment": config.environment,
+                          "gpu_pools": [p.name for p in config.gpu_pools], "tenants": [t.name for t in config.tenants],
+                          "approved_runtimes": list(config.runtimes.approved)}, indent=2, sort_keys=True))
+        return EXIT_OK
     print(f"{stack.path}: valid ({config.environment}: {len(config.gpu_pools)} GPU pools, "
           f"{len(config.tenants)} tenants, {len(config.runtimes.approved)} approved runtimes)")
     return EXIT_OK
@@ -57,7 +63,10 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 def _cmd_capacity(args: argparse.Namespace) -> int:
     stack = open_stack(args.stack)
-    print(capacity.format_capacity(stack.config), end="")
+    if args.format == "json":
+        print(json.dumps(capacity.capacity_json(stack.name, stack.config), indent=2, sort_keys=True))
+    else:
+        print(capacity.format_capacity(stack.config), end="")
     return EXIT_OK
 
 
@@ -102,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("stack", metavar="STACK", help="stack name (prod = stacks/Pulumi.prod.yaml) or path")
         if name == "schema":
             cmd.add_argument("--markdown", action="store_true", help="the settings reference (docs/stack-config.md) instead")
+        if name in ("validate", "capacity"):
+            schema = "trainyard.validate/v1" if name == "validate" else "trainyard.capacity/v1"
+            cmd.add_argument("--format", choices=("text", "json"), default="text",
+                             help=f"text (default) or json ({schema}; bad input: trainyard.error/v1)")
         if name == "render":
             cmd.add_argument("--out", metavar="DIR", help="output directory (default: out/<stack>)")
         if name == "fake-nodes":

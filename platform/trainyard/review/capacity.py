@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from trainyard import catalog
 from trainyard.config.gpu_operator import (
@@ -198,3 +199,34 @@ def _quota_cells(t: TenantQuota, pool: int) -> str:
     ceiling = t.ceiling if t.ceiling is not None else f"{pool} (pool)"
     return (f"{t.cohort or '-'} | {t.nominal} | {_limit(t.borrowing_limit) if t.cohort else 'no cohort'} | "
             f"{_limit(t.lending_limit)} | {ceiling} |")
+
+
+def _tenant_json(t: TenantQuota) -> dict[str, Any]:
+    return {"tenant": t.tenant, "cohort": t.cohort, "nominal": t.nominal, "borrowing_limit": t.borrowing_limit,
+            "lending_limit": t.lending_limit, "ceiling": t.ceiling}
+
+
+def capacity_json(stack: str, config: PlatformConfig) -> dict[str, Any]:
+    """``trainyard capacity --format json`` (``trainyard.capacity/v1``, docs/review.md): the same rows as the tables.
+
+    A limit or ceiling of ``null`` is unlimited; ``gpu_per_unit`` is a fraction as text (``"1/7"``).
+    """
+    budget = None
+    if config.kueue.mig_slice_budget:
+        budget = {"resource": MIG_SLICES, "total": COMPUTE_SLICES * sum(mig_gpus(pool) for pool in config.gpu_pools),
+                  "tenants": {t.name: t.mig_slices for t in config.tenants if t.mig_slices is not None}}
+    return {
+        "schema": "trainyard.capacity/v1",
+        "stack": stack,
+        "environment": config.environment,
+        "cluster": config.cluster.name,
+        "flavors": [{"flavor": f.flavor, "gpu_product": f.gpu_product, "nodes": f.nodes, "gpus_per_node": f.gpus_per_node,
+                     "physical": f.physical, "whole": f.allocatable, "committed": f.committed, "free": f.free,
+                     "sharing": f.sharing, "tenants": [_tenant_json(t) for t in f.tenants]}
+                    for f in capacity_report(config)],
+        "resources": [{"flavor": r.flavor, "sharing": r.sharing, "resource": r.resource, "physical_gpus": r.physical_gpus,
+                       "units": r.units, "gpu_per_unit": str(r.gpu_per_unit), "committed": r.committed, "free": r.free,
+                       "tenants": [_tenant_json(t) for t in r.tenants]}
+                      for r in resource_report(config)],
+        "mig_slice_budget": budget,
+    }

@@ -13,6 +13,7 @@ Importing this module registers the subcommands with ``trainyard.cli``.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -137,9 +138,18 @@ def _cmd_images_lock(args: argparse.Namespace) -> int:
 def _cmd_images_verify(args: argparse.Namespace) -> int:
     stack = open_stack(args.stack)
     found = unlocked_images(stack)
+    errors = sum(p.error for p in found)
+    if args.format == "json":
+        print(json.dumps({"schema": "trainyard.images-verify/v1", "stack": stack.name, "ok": not errors,
+                          "exit_code": EXIT_VIOLATIONS if errors else EXIT_OK,
+                          "protect_data": stack.config.lifecycle.protect_data, "errors": errors,
+                          "warnings": len(found) - errors,
+                          "problems": [{"reference": p.reference, "status": p.status,
+                                        "severity": "error" if p.error else "warning", "message": p.message}
+                                       for p in found]}, indent=2, sort_keys=True))
+        return EXIT_VIOLATIONS if errors else EXIT_OK
     for problem in found:
         print(f"{'error' if problem.error else 'warning'}: {problem.message}", file=sys.stderr)
-    errors = sum(p.error for p in found)
     print(f"{stack.name}: {errors} errors, {len(found) - errors} warnings"
           + (" (stack protects data: placeholder and missing digests are refused)" if stack.config.lifecycle.protect_data
              else " (stack does not protect data: placeholders only warn)"))
@@ -172,6 +182,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     lock.set_defaults(func=_cmd_images_lock)
     verify = actions.add_parser("verify", help="list placeholder and missing digests (exit 1 where the stack protects data)")
     verify.add_argument("stack", metavar="STACK", help=STACK_HELP)
+    verify.add_argument("--format", choices=("text", "json"), default="text",
+                        help="text (default) or json (trainyard.images-verify/v1); the exit code is the same")
     verify.set_defaults(func=_cmd_images_verify)
 
 
