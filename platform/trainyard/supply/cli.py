@@ -28,7 +28,7 @@ from trainyard.supply.bom import build_bom, lock_references, sync_commands, sync
 from trainyard.supply.gate import unlocked_images
 from trainyard.supply.lock import ImageLock, LockEntry, LockFileError, placeholder_digest
 from trainyard.supply.reference import ImageRef, ReferenceError
-from trainyard.supply.registry import Credentials, RegistryClient, RegistryError
+from trainyard.supply.registry import Credentials, RegistryClient, RegistryError, RegistryUnreachable
 
 STACK_HELP = "stack name (prod = stacks/Pulumi.prod.yaml) or path"
 
@@ -113,9 +113,18 @@ def _cmd_images_lock(args: argparse.Namespace) -> int:
     client = RegistryClient(_endpoints(args.endpoint), Credentials.from_environment(), insecure=args.insecure)
     upstream = {image.reference: image.upstream for image in bom.images}
     updated, errors, changed = lock, [], 0
-    for ref in lock_references(bom):
+    unreachable: dict[str, tuple[str, int]] = {}  # registry host -> (reason, images not resolved)
+    references = lock_references(bom)
+    for ref in references:
+        if ref.registry in unreachable:  # one unanswered host is enough: do not ask it again per image
+            reason, count = unreachable[ref.registry]
+            unreachable[ref.registry] = (reason, count + 1)
+            continue
         try:
             digest = client.digest(ref)
+        except RegistryUnreachable as exc:
+            unreachable[ref.registry] = (exc.reason, 1)
+            continue
         except RegistryError as exc:
             errors.append(str(exc))
             continue
@@ -125,10 +134,18 @@ def _cmd_images_lock(args: argparse.Namespace) -> int:
             changed += 1
             print(f"{ref.tagged}: {old.digest if old else '(none)'} ({old.source if old else 'missing'}) -> {digest}")
         updated = updated.with_entry(ref, entry)
-    if errors:
-        print("error: the lock was not changed; these images could not be resolved:", file=sys.stderr)
+    if unreachable or errors:
+        print(f"error: {path}: not changed; {sum(n for _, n in unreachable.values()) + len(errors)} of "
+              f"{len(references)} images could not be resolved", file=sys.stderr)
+        for host, (reason, count) in sorted(unreachable.items()):
+            print(f"  registry {host} cannot be reached ({reason}): {count} images not resolved", file=sys.stderr)
         for error in errors:
             print(f"  {error}", file=sys.stderr)
+        if unreachable:
+            hosts = sorted(unreachable)
+            print(f"hint: ask a reachable copy of the mirror: trainyard images lock {args.stack} --endpoint "
+                  f"{hosts[0]}=https://HOST:PORT (--insecure for plain http); fill the mirror first with "
+                  f"trainyard bom {args.stack} --format sync --out DIR (then run DIR/sync.sh)", file=sys.stderr)
         return EXIT_VIOLATIONS
     path.write_text(updated.dump(), encoding="utf-8")
     print(f"{path}: {len(lock_references(bom))} images of {stack.name} locked from the registry ({changed} changed)")
