@@ -72,8 +72,7 @@ def examples_of(doc: Path, root: Path) -> list[Example]:
             if marker is not None and not marker.startswith("exit"):
                 raise MarkerError(f"{relative}:{line}: a bash block takes `skip ...` or `exit N ...`, not {marker!r}")
             joined = re.sub(r"\\\n\s*", " ", body)
-            for command in joined.splitlines():
-                command = command.strip()
+            for command in (raw.strip() for raw in joined.splitlines()):
                 if COMMAND.match(command):
                     out.append(Example(relative, line, "command", command, None, _exit_of(marker or "")))
         elif lang == "yaml" and _is_object(body):
