@@ -7,9 +7,12 @@ runtime file, CRD source, arguments). A user mistake never ends in a traceback.
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from trainyard import __version__
 from trainyard.config import ConfigError
@@ -29,6 +32,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     stack = open_stack(args.stack)
     stack.render()  # runtime files and CRD sources are part of a valid stack
     config = stack.config
+    if args.format == "json":
+        print(json.dumps({"schema": "trainyard.validate/v1", "ok": True, "exit_code": EXIT_OK, "stack": stack.name,
+                          "file": str(stack.path), "environment": config.environment,
+                          "gpu_pools": [p.name for p in config.gpu_pools], "tenants": [t.name for t in config.tenants],
+                          "approved_runtimes": list(config.runtimes.approved)}, indent=2, sort_keys=True))
+        return EXIT_OK
     print(f"{stack.path}: valid ({config.environment}: {len(config.gpu_pools)} GPU pools, "
           f"{len(config.tenants)} tenants, {len(config.runtimes.approved)} approved runtimes)")
     return EXIT_OK
@@ -54,7 +63,10 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 def _cmd_capacity(args: argparse.Namespace) -> int:
     stack = open_stack(args.stack)
-    print(capacity.format_capacity(stack.config), end="")
+    if args.format == "json":
+        print(json.dumps(capacity.capacity_json(stack.name, stack.config), indent=2, sort_keys=True))
+    else:
+        print(capacity.format_capacity(stack.config), end="")
     return EXIT_OK
 
 
@@ -99,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("stack", metavar="STACK", help="stack name (prod = stacks/Pulumi.prod.yaml) or path")
         if name == "schema":
             cmd.add_argument("--markdown", action="store_true", help="the settings reference (docs/stack-config.md) instead")
+        if name in ("validate", "capacity"):
+            schema = "trainyard.validate/v1" if name == "validate" else "trainyard.capacity/v1"
+            cmd.add_argument("--format", choices=("text", "json"), default="text",
+                             help=f"text (default) or json ({schema}; bad input: trainyard.error/v1)")
         if name == "render":
             cmd.add_argument("--out", metavar="DIR", help="output directory (default: out/<stack>)")
         if name == "fake-nodes":
@@ -129,18 +145,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif extras:
         parser.error(f"unrecognized arguments: {' '.join(extras)}")
     handler = getattr(args, "func", None) or COMMANDS[args.command][1]
+    machine = getattr(args, "format", None) in MACHINE_FORMATS
     try:
         return handler(args)
     except ConfigError as exc:
         print(f"error: invalid stack {exc.file}", file=sys.stderr)
         for problem in exc.problems:
             print(f"  {problem.render(exc.file)}", file=sys.stderr)
+        if machine:
+            _print_json_error([{"file": exc.file, "line": p.line, "path": p.path, "reason": p.reason,
+                                "message": p.render(exc.file)} for p in exc.problems])
         return EXIT_BAD_INPUT
     except (RenderError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if machine:
+            _print_json_error([_error_fields(str(exc))])
         return EXIT_BAD_INPUT
     except BrokenPipeError:
         return EXIT_OK
+
+
+# A command given one of these formats reports bad input as a JSON document on stdout too (docs/review.md).
+MACHINE_FORMATS = frozenset({"json", "sarif", "junit"})
+ERROR_SCHEMA = "trainyard.error/v1"
+_WHERE = re.compile(r"^(?P<file>[^:\n]+?)(?::(?P<line>\d+))?(?: \(document \d+\))?: (?P<path>[^:\n]+?): (?P<reason>.+)$", re.S)
+
+
+def _error_fields(message: str) -> dict[str, Any]:
+    """``FILE[:LINE]: PATH: reason`` as fields where a message has that shape; the whole message always."""
+    match = _WHERE.match(message)
+    if match is None:
+        return {"file": None, "line": None, "path": None, "reason": message, "message": message}
+    line = match["line"]
+    return {"file": match["file"], "line": int(line) if line else None, "path": match["path"],
+            "reason": match["reason"], "message": message}
+
+
+def _print_json_error(errors: list[dict[str, Any]]) -> None:
+    print(json.dumps({"schema": ERROR_SCHEMA, "ok": False, "exit_code": EXIT_BAD_INPUT, "errors": errors}, indent=2,
+                     sort_keys=True, ensure_ascii=False))
 
 
 EXTENSIONS = ("trainyard.policy.cli", "trainyard.review.cli", "trainyard.review.charts_cli", "trainyard.supply.cli",

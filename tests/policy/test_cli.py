@@ -23,12 +23,14 @@ def test_check_passes_every_stack(name: str, capsys: pytest.CaptureFixture[str])
 
 
 @needs_crds
-def test_check_prints_a_table_and_fails_on_a_mandatory_finding(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["check", "prod", str(BAD / "trainjob-priority-class--critical-not-allowed.yaml")]) == 1
+def test_check_prints_a_block_per_finding_and_fails_on_a_mandatory_finding(capsys: pytest.CaptureFixture[str]) -> None:
+    job = BAD / "trainjob-priority-class--critical-not-allowed.yaml"
+    assert main(["check", "prod", str(job)]) == 1
     out = capsys.readouterr().out
-    header, row = out.splitlines()[:2]
-    assert header.split() == ["RULE", "SEVERITY", "OBJECT", "MESSAGE", "HINT"]
-    assert row.split()[:3] == ["trainjob-priority-class", "mandatory", "TrainJob/llm-research/llama-sft"]
+    head, where, message, hint = out.splitlines()[:4]
+    assert head.split() == ["MANDATORY", "trainjob-priority-class", "TrainJob/llm-research/llama-sft"]
+    assert where == f"  at {job}:3"
+    assert message.startswith("  priority class 'critical' is not allowed") and hint.startswith("  hint: ")
     assert "prod: 1 mandatory, 0 advisory findings" in out
 
 

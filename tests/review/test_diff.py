@@ -42,8 +42,8 @@ def test_quota_change_reads_per_tenant_and_flavor_with_the_committed_total() -> 
     assert "`assistant` h100 nominal quota 32 -> 40 (+8)" in review.highlights
     assert "flavor `h100`: 256 -> 264 (+8) GPUs, committed 256 -> 264 (+8), free 0" in review.highlights
     markdown = to_markdown(review)
-    assert "| h100 | 256 -> 264 (+8) | 256 -> 264 (+8) | 0 |" in markdown
-    assert "| assistant | h100 | product | 32 -> 40 (+8) | 32 | 8 |" in markdown
+    assert "| h100 | nvidia.com/gpu | 256 -> 264 (+8) | 256 -> 264 (+8) | 256 -> 264 (+8) | 0 |" in markdown
+    assert "| assistant | h100 | nvidia.com/gpu | product | 32 -> 40 (+8) | 32 | 8 |" in markdown
     assert "~ spec.resourceGroups[0].flavors[h100].resources[nvidia.com/gpu].nominalQuota: 32 -> 40 (+8)" in markdown
 
 

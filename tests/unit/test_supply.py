@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -155,3 +157,32 @@ def test_registry_client_refuses_plain_http_without_insecure() -> None:
     client = RegistryClient({"r.example.com": "http://127.0.0.1:9"})
     with pytest.raises(RegistryError, match="pass --insecure"):
         client.digest(ImageRef.parse("r.example.com/a:1"))
+
+
+def test_images_verify_json_lists_each_problem_with_the_same_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    rendered("prod")
+    assert main(["images", "verify", "prod", "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "trainyard.images-verify/v1" and doc["ok"] is False and doc["protect_data"] is True
+    assert {"reference": "registry.trainyard.internal/mirror/kueue/kueue:v0.19.2", "status": "placeholder",
+            "severity": "error", "message": "registry.trainyard.internal/mirror/kueue/kueue:v0.19.2 has a placeholder "
+            "digest (no registry reported it)"} in doc["problems"]
+    assert doc["errors"] == len(doc["problems"])
+
+
+def test_images_lock_without_a_registry_says_so_once_and_names_real_flags(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    lock = tmp_path / "images.lock.yaml"
+    assert main(["images", "lock", "prod", "--lock", str(lock), "--insecure",
+                 "--endpoint", f"registry.trainyard.internal=http://127.0.0.1:{port}"]) == 1
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert lines[0].startswith(f"error: {lock}: not changed; ") and lines[0].endswith(" images could not be resolved")
+    assert lines[1].startswith("  registry registry.trainyard.internal cannot be reached (")
+    assert len(lines) == 3 and lines[2].startswith("hint: ")
+    assert "trainyard bom prod --format sync --out DIR" in lines[2]
+    assert "--endpoint registry.trainyard.internal=" in lines[2]
+    assert not lock.exists()

@@ -169,6 +169,24 @@ def advertised_resources(pool: GpuPool) -> dict[str, int]:
     return {name: per_node[name] * pool.nodes for name in order}
 
 
+def gpus_carrying(pool: GpuPool) -> dict[str, int]:
+    """Physical GPUs of ``pool`` (all nodes) that each advertised resource lives on, in ``advertised_resources`` order.
+
+    Profiles partitioned on the same GPUs share them: H100 GPUs 0-3 of 2 nodes split into 1g.10gb and
+    3g.40gb carry 8 GPUs of each, the whole GPUs 4-7 another 8; time-sliced replicas live on every GPU.
+    """
+    if pool.mig is None:
+        return {name: pool.gpus for name in advertised_resources(pool)}
+    per_node: dict[str, int] = {}
+    for group in pool.mig.layout:
+        gpus = pool.gpus_per_node if group.devices == "all" else len(group.devices)
+        names = [GPU] if not group.slices or pool.mig.strategy == "single" else \
+            [f"{MIG_PREFIX}{profile}" for profile in group.slices]
+        for name in names:
+            per_node[name] = per_node.get(name, 0) + gpus
+    return {name: per_node.get(name, 0) * pool.nodes for name in advertised_resources(pool)}
+
+
 def mig_gpus(pool: GpuPool) -> int:
     """Physical GPUs of ``pool`` that are MIG-partitioned (in mixed strategy, the ones the slice budget counts)."""
     if pool.mig is None or pool.mig.strategy != "mixed":

@@ -1,8 +1,10 @@
 """``trainyard check`` and ``trainyard policy-config``: the offline runner of the policy rules.
 
 ``check STACK [FILE...]`` renders the stack, adds the manifests in FILEs (a tenant's TrainJob in
-a pull request, say) and prints every finding as a table. Exit 1 on a mandatory finding, 0
-otherwise, 2 on bad input (a stack or a FILE that cannot be read), like every ``trainyard`` command.
+a pull request, say) and prints every finding: one block per finding for a terminal, or with
+``--format json|sarif|junit`` a document for CI (``policy/report.py``). Exit 1 on a mandatory finding,
+0 otherwise, 2 on bad input (a stack or a FILE that cannot be read), like every ``trainyard`` command,
+whatever the format.
 
 ``policy-config STACK`` prints the stack's enforcement levels as a CrossGuard config file:
 ``pulumi preview --policy-pack policies --policy-pack-config <(trainyard policy-config prod)``.
@@ -16,7 +18,6 @@ import argparse
 import json
 import math
 import re
-import textwrap
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from trainyard.config.load import YamlLoader, yaml_shape_problem
 from trainyard.manifests.gpu_operator import pod_security_exceptions
 from trainyard.manifests.meta import Manifest
 from trainyard.policy.data_cache import reviewed_exceptions as data_cache_exceptions
+from trainyard.policy.report import CheckReport, Source, format_blocks, to_json, to_junit, to_sarif, to_text
 from trainyard.project import open_stack
 
 if TYPE_CHECKING:
@@ -43,10 +45,9 @@ CLUSTER_SCOPED = frozenset({
     "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "ClusterQueue", "ResourceFlavor", "Cohort",
     "Topology", "WorkloadPriorityClass", "ClusterTrainingRuntime", "AdmissionCheck",
 })
-WRAP = {"message": 64, "hint": 56}
 # Deeper than any manifest (a CRD's schema nests ~40 levels), shallow enough for recursive rules.
 MAX_MANIFEST_DEPTH = 120
-COLUMNS = ("rule", "severity", "object", "message", "hint")
+FORMATS = ("text", "json", "sarif", "junit")
 
 
 def load_manifests(files: list[str], namespace: str | None = None) -> list[Manifest]:
@@ -56,7 +57,12 @@ def load_manifests(files: list[str], namespace: str | None = None) -> list[Manif
 
 def load_sourced_manifests(files: list[str], namespace: str | None = None) -> list[tuple[str, Manifest]]:
     """(where, manifest) for every document of every FILE; where is ``FILE (document N)``."""
-    out: list[tuple[str, Manifest]] = []
+    return [(where, manifest) for where, _, manifest in load_located_manifests(files, namespace)]
+
+
+def load_located_manifests(files: list[str], namespace: str | None = None) -> list[tuple[str, Source, Manifest]]:
+    """(where, source, manifest) for every document of every FILE; source is the file and the document's first line."""
+    out: list[tuple[str, Source, Manifest]] = []
     for file in files:
         try:
             docs = _documents(Path(file).read_bytes().decode("utf-8"), file)
@@ -70,9 +76,9 @@ def load_sourced_manifests(files: list[str], namespace: str | None = None) -> li
             raise UsageError(f"{where}: (yaml): not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
         except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4300 digits
             raise UsageError(f"{file}: (yaml): not valid YAML: {exc}") from None
-        for index, doc in enumerate(d for d in docs if d is not None):
+        for index, (line, doc) in enumerate((line, d) for line, d in docs if d is not None):
             where = f"{file} (document {index + 1})"
-            out.append((where, _manifest(doc, where, namespace)))
+            out.append((where, Source(file, line), _manifest(doc, where, namespace)))
     return out
 
 
@@ -108,8 +114,9 @@ def check_schemas(sourced: list[tuple[str, Manifest]], crds: Sequence[Manifest])
             raise UsageError(f"{where}: {path or '(document)'}: {message[:300]} (the API server would refuse it)")
 
 
-def _documents(text: str, file: str) -> list[Any]:
-    """Every document of a multi-document YAML text, refusing what a manifest cannot be (see parse_yaml)."""
+def _documents(text: str, file: str) -> list[tuple[int, Any]]:
+    """(first line, document) of every document of a multi-document YAML text, refusing what a manifest cannot be
+    (see parse_yaml)."""
     loader = YamlLoader(text)
     docs = []
     try:
@@ -118,7 +125,8 @@ def _documents(text: str, file: str) -> list[Any]:
             problem = yaml_shape_problem(node, max_depth=MAX_MANIFEST_DEPTH) if node is not None else None
             if problem is not None:
                 raise UsageError(problem.render(file))
-            docs.append(loader.construct_document(node))
+            line = node.start_mark.line + 1 if node is not None else 0
+            docs.append((line, loader.construct_document(node)))
     finally:
         loader.dispose()
     return docs
@@ -164,42 +172,45 @@ def _non_json_value(doc: Any) -> tuple[str, str] | None:
 
 
 def format_table(findings: list[Finding]) -> str:
-    rows = [(f.rule_id, f.severity, f.object_id, f.message, f.hint) for f in findings]
-    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(COLUMNS[:3])]
-    widths += [WRAP["message"], WRAP["hint"]]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(COLUMNS, widths, strict=True)).rstrip()]
-    for row in rows:
-        cells = [[text] for text in row[:3]] + [textwrap.wrap(row[3], WRAP["message"]) or [""],
-                                                textwrap.wrap(row[4], WRAP["hint"]) or [""]]
-        for n in range(max(len(c) for c in cells)):
-            parts = [(c[n] if n < len(c) else "").ljust(w) for c, w in zip(cells, widths, strict=True)]
-            lines.append("  ".join(parts).rstrip())
-    return "\n".join(lines) + "\n"
+    """The findings for a terminal (``policy.report.format_blocks``: one block per finding, nothing cut)."""
+    return format_blocks(findings)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from trainyard.policy.engine import disabled_rules, evaluate
+    from trainyard.policy.engine import evaluate, safe_object_id
+    from trainyard.policy.model import Context
     from trainyard.policy.rules import RULES
 
     stack = open_stack(args.stack)
-    sourced = load_sourced_manifests(args.files, args.namespace)
+    located = load_located_manifests(args.files, args.namespace)
     rendered = stack.render()
-    check_schemas(sourced, rendered.crds)
-    extra = [manifest for _, manifest in sourced]
+    check_schemas([(where, manifest) for where, _, manifest in located], rendered.crds)
+    extra = [manifest for _, _, manifest in located]
     findings = evaluate(stack.config, rendered, extra)
-    if findings:
-        print(format_table(findings), end="")
-    mandatory = sum(f.severity == "mandatory" for f in findings)
-    disabled = disabled_rules(stack.config)
-    print(f"{stack.name}: {mandatory} mandatory, {len(findings) - mandatory} advisory findings "
-          f"({len(RULES)} rules over {len(rendered.all_objects)} rendered + {len(extra)} extra objects"
-          + (f"; disabled by the stack: {', '.join(disabled)}" if disabled else "") + ")")
-    for exception in pod_security_exceptions(stack.config):
-        print(f"reviewed exception: Namespace/{exception.namespace} enforces Pod Security {exception.level} "
-              f"({exception.reason})")
-    for text in data_cache_exceptions(stack.config):
-        print(f"reviewed exception: {text}")
-    return EXIT_VIOLATIONS if mandatory else EXIT_OK
+    ctx = Context(stack.config)
+    exceptions = [f"Namespace/{e.namespace} enforces Pod Security {e.level} ({e.reason})"
+                  for e in pod_security_exceptions(stack.config)]
+    report = CheckReport(
+        stack.name, stack.path, stack.root, tuple(findings), tuple((rule, ctx.level(rule)) for rule in RULES),
+        len(rendered.all_objects), len(extra), {safe_object_id(m): source for _, source, m in located},
+        (*exceptions, *data_cache_exceptions(stack.config)))
+    if args.format == "json":
+        text = json.dumps(to_json(report), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    elif args.format == "sarif":
+        text = json.dumps(to_sarif(report), indent=2, ensure_ascii=False) + "\n"
+    elif args.format == "junit":
+        text = to_junit(report)
+    else:
+        text = to_text(report)
+    if args.out:
+        try:
+            Path(args.out).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"{args.out}: --out: cannot write: {exc.strerror}") from None
+        print(report.summary_line())
+    else:
+        print(text, end="")
+    return EXIT_VIOLATIONS if report.mandatory else EXIT_OK
 
 
 def _cmd_policy_config(args: argparse.Namespace) -> int:
@@ -218,6 +229,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     check.add_argument("stack", metavar="STACK", help="stack name (prod = stacks/Pulumi.prod.yaml) or path")
     check.add_argument("files", metavar="FILE", nargs="*", help="extra manifests (YAML, multi-document) to check too")
     check.add_argument("-n", "--namespace", help="namespace for extra namespaced manifests that name none")
+    check.add_argument("--format", choices=FORMATS, default="text",
+                       help="text (default: one block per finding), json (trainyard.check/v1), sarif (SARIF 2.1.0) "
+                            "or junit (JUnit XML); the exit code is the same for every format")
+    check.add_argument("--out", metavar="FILE", help="write the report to FILE (the summary line still goes to stdout)")
     check.set_defaults(func=_cmd_check)
     config = subparsers.add_parser(
         "policy-config", help="print the stack's rule enforcement levels as a CrossGuard --policy-pack-config file")

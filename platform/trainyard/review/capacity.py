@@ -3,17 +3,20 @@
 Nominal quotas are guarantees; borrowing limits say how far a tenant can grow into idle
 capacity of its cohort; lending limits say how much of its guarantee others may use.
 Pools that share GPUs (MIG, time-slicing) are counted a second time in the units their device
-plugin advertises (slices, replicas), next to the whole GPUs.
+plugin advertises (slices, replicas), next to the whole GPUs: per resource, the physical GPUs it
+lives on, its units, and the tenants' quotas of it (``resource_report``, which ``trainyard diff``
+reads too, so the review and this report give the same figures).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from trainyard import catalog
 from trainyard.config.gpu_operator import COMPUTE_SLICES
-from trainyard.config.gpu_pools import advertised_resources, gpu_equivalent, mig_gpus, sharing_of
+from trainyard.config.gpu_pools import advertised_resources, gpu_equivalent, gpus_carrying, mig_gpus, sharing_of
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.kueue import MIG_SLICES
 
@@ -68,20 +71,24 @@ def committed(tenants: tuple[TenantQuota, ...]) -> int:
 
 
 @dataclass(frozen=True)
-class SharedCapacity:
-    """One shared-GPU resource of a pool: the units it advertises against the tenants' quotas of it."""
+class ResourceCapacity:
+    """One resource of a pool (whole GPUs, a MIG profile, time-sliced replicas): its units against the tenants' quotas."""
 
     flavor: str
     sharing: str
     resource: str
-    physical_gpus: int
+    physical_gpus: int  # the GPUs it lives on (a MIG profile: the GPUs partitioned with it), not the whole pool
     units: int
     gpu_per_unit: Fraction
     tenants: tuple[TenantQuota, ...]
 
     @property
+    def committed(self) -> int:
+        return committed(self.tenants)
+
+    @property
     def free(self) -> int:
-        return self.units - committed(self.tenants)
+        return self.units - self.committed
 
 
 def capacity_report(config: PlatformConfig) -> list[FlavorCapacity]:
@@ -96,24 +103,33 @@ def capacity_report(config: PlatformConfig) -> list[FlavorCapacity]:
     return out
 
 
-def shared_capacity_report(config: PlatformConfig) -> list[SharedCapacity]:
-    """Every resource of every sharing pool (including its remaining whole GPUs), with the tenants' quotas."""
+def resource_report(config: PlatformConfig) -> list[ResourceCapacity]:
+    """Every resource of every pool, with the tenants' quotas of it. Whole GPUs are a row where the pool advertises
+    them or a tenant was promised some; on a fully partitioned pool the tenants' ``gpus: 0`` is no resource."""
     out = []
     for pool in config.gpu_pools:
-        if pool.mig is None and pool.time_slicing is None:
-            continue
-        for resource, units in advertised_resources(pool).items():
+        advertised, carrying = advertised_resources(pool), gpus_carrying(pool)
+        quotas = [(tenant, q) for tenant in config.tenants for q in tenant.quotas if q.flavor == pool.name]
+        names = list(advertised)
+        if catalog.GPU_RESOURCE not in advertised and any(q.gpus for _, q in quotas):
+            names.insert(0, catalog.GPU_RESOURCE)
+        names += sorted({s.resource for _, q in quotas for s in q.shared} - set(names))
+        for resource in names:
             rows = []
-            for tenant in config.tenants:
-                for quota in (q for q in tenant.quotas if q.flavor == pool.name):
-                    if resource == catalog.GPU_RESOURCE:
-                        rows.append(TenantQuota(tenant.name, tenant.cohort, quota.gpus, quota.borrowing_limit,
-                                                quota.lending_limit))
-                    rows += [TenantQuota(tenant.name, tenant.cohort, q.nominal, q.borrowing_limit, q.lending_limit)
-                             for q in quota.shared if q.resource == resource]
-            out.append(SharedCapacity(pool.name, sharing_of(pool), resource, pool.gpus, units,
-                                      gpu_equivalent(pool, resource), tuple(rows)))
+            for tenant, quota in quotas:
+                if resource == catalog.GPU_RESOURCE:
+                    rows.append(TenantQuota(tenant.name, tenant.cohort, quota.gpus, quota.borrowing_limit,
+                                            quota.lending_limit))
+                rows += [TenantQuota(tenant.name, tenant.cohort, s.nominal, s.borrowing_limit, s.lending_limit)
+                         for s in quota.shared if s.resource == resource]
+            out.append(ResourceCapacity(pool.name, sharing_of(pool), resource, carrying.get(resource, 0),
+                                        advertised.get(resource, 0), gpu_equivalent(pool, resource), tuple(rows)))
     return out
+
+
+def shared_capacity_report(config: PlatformConfig) -> list[ResourceCapacity]:
+    """Every resource of every sharing pool (including its remaining whole GPUs), with the tenants' quotas."""
+    return [r for r in resource_report(config) if r.sharing != "whole"]
 
 
 def _limit(value: int | None) -> str:
@@ -154,17 +170,16 @@ def _format_slice_budget(config: PlatformConfig) -> list[str]:
     return lines
 
 
-def _format_shared(report: list[SharedCapacity]) -> list[str]:
+def _format_shared(report: list[ResourceCapacity]) -> list[str]:
     if not report:
         return []
     lines = ["", "## Shared GPUs: MIG slices and time-sliced replicas, in the units tenants request", "",
-             "| flavor | sharing | resource | physical GPUs | units | GPU per unit | committed | free | use |",
+             "| flavor | sharing | resource | on physical GPUs | units | GPU per unit | committed | free | use |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in report:
-        promised = committed(r.tenants)
-        use = f"{100 * promised / r.units:.0f}%" if r.units else "-"
+        use = f"{100 * r.committed / r.units:.0f}%" if r.units else "-"
         lines.append(f"| {r.flavor} | {r.sharing} | {r.resource} | {r.physical_gpus} | {r.units} | {r.gpu_per_unit} | "
-                     f"{promised} | {r.free} | {use} |")
+                     f"{r.committed} | {r.free} | {use} |")
     lines += ["", "| flavor | resource | tenant | cohort | nominal | borrowing limit | lending limit | ceiling |",
               "|---|---|---|---|---:|---:|---:|---:|"]
     for r in report:
@@ -178,3 +193,34 @@ def _quota_cells(t: TenantQuota, pool: int) -> str:
     ceiling = t.ceiling if t.ceiling is not None else f"{pool} (pool)"
     return (f"{t.cohort or '-'} | {t.nominal} | {_limit(t.borrowing_limit) if t.cohort else 'no cohort'} | "
             f"{_limit(t.lending_limit)} | {ceiling} |")
+
+
+def _tenant_json(t: TenantQuota) -> dict[str, Any]:
+    return {"tenant": t.tenant, "cohort": t.cohort, "nominal": t.nominal, "borrowing_limit": t.borrowing_limit,
+            "lending_limit": t.lending_limit, "ceiling": t.ceiling}
+
+
+def capacity_json(stack: str, config: PlatformConfig) -> dict[str, Any]:
+    """``trainyard capacity --format json`` (``trainyard.capacity/v1``, docs/review.md): the same rows as the tables.
+
+    A limit or ceiling of ``null`` is unlimited; ``gpu_per_unit`` is a fraction as text (``"1/7"``).
+    """
+    budget = None
+    if config.kueue.mig_slice_budget:
+        budget = {"resource": MIG_SLICES, "total": COMPUTE_SLICES * sum(mig_gpus(pool) for pool in config.gpu_pools),
+                  "tenants": {t.name: t.mig_slices for t in config.tenants if t.mig_slices is not None}}
+    return {
+        "schema": "trainyard.capacity/v1",
+        "stack": stack,
+        "environment": config.environment,
+        "cluster": config.cluster.name,
+        "flavors": [{"flavor": f.flavor, "gpu_product": f.gpu_product, "nodes": f.nodes, "gpus_per_node": f.gpus_per_node,
+                     "physical": f.physical, "whole": f.allocatable, "committed": f.committed, "free": f.free,
+                     "sharing": f.sharing, "tenants": [_tenant_json(t) for t in f.tenants]}
+                    for f in capacity_report(config)],
+        "resources": [{"flavor": r.flavor, "sharing": r.sharing, "resource": r.resource, "physical_gpus": r.physical_gpus,
+                       "units": r.units, "gpu_per_unit": str(r.gpu_per_unit), "committed": r.committed, "free": r.free,
+                       "tenants": [_tenant_json(t) for t in r.tenants]}
+                      for r in resource_report(config)],
+        "mig_slice_budget": budget,
+    }

@@ -376,8 +376,11 @@ def review_to_dict(review: Review) -> dict[str, Any]:
         out["capacity"] = {
             "flavors": [{"flavor": f.flavor, "physical": list(f.physical), "committed": list(f.committed)}
                         for f in review.capacity.flavors],
-            "quotas": [{"flavor": q.flavor, "tenant": q.tenant, "old": _quota(q.old), "new": _quota(q.new)}
-                       for q in review.capacity.quotas if q.changed],
+            "resources": [{"flavor": r.flavor, "resource": r.resource, "physical_gpus": list(r.physical_gpus),
+                           "units": list(r.units), "committed": list(r.committed), "free": list(r.free)}
+                          for r in review.capacity.resources],
+            "quotas": [{"flavor": q.flavor, "resource": q.resource, "tenant": q.tenant, "old": _quota(q.old),
+                        "new": _quota(q.new)} for q in review.capacity.quotas if q.changed],
         }
     if review.policy is not None:
         out["policy"] = {"new": [vars(r) for r in review.policy.new], "fixed": [vars(r) for r in review.policy.fixed],

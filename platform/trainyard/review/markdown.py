@@ -161,13 +161,7 @@ class _Markdown:
 
     def capacity(self, capacity: CapacityDelta) -> None:
         self.add("### Capacity", "")
-        rows = []
-        for f in capacity.flavors:
-            (old_p, new_p), (old_c, new_c) = f.physical, f.committed
-            free_old = None if old_p is None or old_c is None else old_p - old_c
-            free_new = None if new_p is None or new_c is None else new_p - new_c
-            rows.append([f.flavor, _maybe(old_p, new_p), _maybe(old_c, new_c), _maybe(free_old, free_new)])
-        self.table(["flavor", "physical GPUs", "committed (nominal)", "free"], "lrrr", rows)
+        self.table(list(CAPACITY_COLUMNS), "llrrrr", _capacity_rows(capacity))
         changed = [q for q in capacity.quotas if q.changed]
         quota_rows = []
         for q in changed:
@@ -175,12 +169,13 @@ class _Markdown:
             either = new if new is not None else old
             cohort = either.cohort if either is not None else None
             quota_rows.append([
-                q.tenant, q.flavor, cohort or "-",
+                q.tenant, q.flavor, q.resource, cohort or "-",
                 _maybe(old.nominal if old else None, new.nominal if new else None),
                 _limits(old.borrowing_limit if old else ABSENT, new.borrowing_limit if new else ABSENT),
                 _limits(old.lending_limit if old else ABSENT, new.lending_limit if new else ABSENT),
             ])
-        self.table(["tenant", "flavor", "cohort", "nominal", "borrowing limit", "lending limit"], "lllrrr", quota_rows)
+        self.table(["tenant", "flavor", "resource", "cohort", "nominal", "borrowing limit", "lending limit"], "llllrrr",
+                   quota_rows)
         unchanged = len(capacity.quotas) - len(changed)
         if unchanged:
             self.add(f"{unchanged} unchanged quota row{'s' if unchanged != 1 else ''} not shown "
@@ -260,6 +255,15 @@ def _before_after(old: Any, new: Any, *, missing: Any = None, show: Any = compac
     return str(moved(old, new))
 
 
+CAPACITY_COLUMNS = ("flavor", "resource", "physical GPUs", "units", "committed (nominal)", "free")
+
+
+def _capacity_rows(capacity: CapacityDelta) -> list[list[Any]]:
+    """One row per flavor and resource: the GPUs it lives on, its units, the quota committed and what is free."""
+    return [[r.flavor, r.resource, _maybe(*r.physical_gpus), _maybe(*r.units), _maybe(*r.committed), _maybe(*r.free)]
+            for r in capacity.resources]
+
+
 def _maybe(old: Any, new: Any) -> str:
     return _before_after(old, new)
 
@@ -315,15 +319,15 @@ def to_text(review: Review) -> str:
     if r.highlights:
         out += ["", "Highlights", *(f"  - {_plain(h)}" for h in r.highlights)]
     if r.capacity is not None and r.capacity.changed:
-        rows = [[f.flavor, _maybe(*f.physical), _maybe(*f.committed)] for f in r.capacity.flavors]
-        out += ["", "Capacity", *_text_table(["flavor", "physical GPUs", "committed (nominal)"], rows)]
-        quota_rows = [[q.tenant, q.flavor,
+        out += ["", "Capacity", *_text_table(CAPACITY_COLUMNS, _capacity_rows(r.capacity))]
+        quota_rows = [[q.tenant, q.flavor, q.resource,
                        _maybe(q.old.nominal if q.old else None, q.new.nominal if q.new else None),
                        _limits(q.old.borrowing_limit if q.old else ABSENT, q.new.borrowing_limit if q.new else ABSENT),
                        _limits(q.old.lending_limit if q.old else ABSENT, q.new.lending_limit if q.new else ABSENT)]
                       for q in r.capacity.quotas if q.changed]
         if quota_rows:
-            out += ["", *_text_table(["tenant", "flavor", "nominal", "borrowing limit", "lending limit"], quota_rows)]
+            out += ["", *_text_table(["tenant", "flavor", "resource", "nominal", "borrowing limit", "lending limit"],
+                                     quota_rows)]
     if r.policy is not None and r.policy.changed:
         rows = [["new", p.severity, p.rule_id, p.object_id, p.message] for p in r.policy.new]
         rows += [["fixed", p.severity, p.rule_id, p.object_id, p.message] for p in r.policy.fixed]

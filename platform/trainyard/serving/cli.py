@@ -13,11 +13,13 @@ from trainyard.policy.cli import format_table
 from trainyard.policy.engine import evaluate
 from trainyard.project import open_stack
 from trainyard.serving.promote import (
+    DEFAULT_REGISTRY_TIMEOUT,
     ModelRef,
     PromoteError,
     Resources,
     apply,
     base_from_tags,
+    bound_registry_requests,
     inference_service,
     resolve,
     to_file,
@@ -37,6 +39,16 @@ def _model_ref(client: object, spec: str) -> ModelRef:
     return resolve(client, name, version, None)
 
 
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not 0 < seconds <= 3600:
+        raise argparse.ArgumentTypeError(f"{value!r}: give more than 0 and at most 3600 seconds")
+    return seconds
+
+
 def _cmd_promote(args: argparse.Namespace) -> int:
     from mlflow.tracking import MlflowClient
 
@@ -52,6 +64,10 @@ def _cmd_promote(args: argparse.Namespace) -> int:
     if not tracking_uri:
         raise UsageError("no MLflow server: set --tracking-uri or MLFLOW_TRACKING_URI (credentials: "
                          "MLFLOW_TRACKING_USERNAME/PASSWORD, the tenant's trainyard-mlflow Secret)")
+    try:
+        bound_registry_requests(tracking_uri, args.timeout)
+    except PromoteError as exc:
+        raise UsageError(str(exc)) from None
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     try:
         ref = resolve(client, args.model, args.version, args.alias)
@@ -109,6 +125,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     cmd.add_argument("--expose", action="store_true",
                      help="no cluster-local label (only for serving.exposure.public_tenants)")
     cmd.add_argument("--tracking-uri", help="MLflow server (default: $MLFLOW_TRACKING_URI)")
+    cmd.add_argument("--timeout", type=_seconds, default=DEFAULT_REGISTRY_TIMEOUT, metavar="SECONDS",
+                     help=f"give up on an unreachable or silent registry after SECONDS per request (default "
+                          f"{DEFAULT_REGISTRY_TIMEOUT})")
     cmd.add_argument("--out", metavar="FILE",
                      help="where to write the InferenceService (default out/promote/<tenant>-<name>.yaml)")
     cmd.add_argument("--apply", action="store_true", help="apply the written file with the tenant's kubeconfig/context")

@@ -21,7 +21,10 @@ Who approves what: see docs/promotion.md.
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +103,31 @@ def _location(client: Any, mv: Any) -> str:
     if source.startswith("s3://"):
         return source
     return str(client.get_model_version_download_uri(mv.name, mv.version))
+
+
+DEFAULT_REGISTRY_TIMEOUT = 30  # seconds
+
+
+def bound_registry_requests(uri: str, timeout: float) -> None:
+    """Fail fast and clearly where the registry cannot be reached, and bound every later request.
+
+    MLflow's client retries a failed request 7 times with exponential backoff, each attempt waiting up to
+    120 s (MLFLOW_HTTP_REQUEST_TIMEOUT, _MAX_RETRIES): an unreachable address reads as a hang. A TCP connect
+    within ``timeout`` comes first (PromoteError naming the address), then each request is held to ``timeout``
+    with one retry, unless the caller set MLflow's own variables.
+    """
+    parsed = urllib.parse.urlsplit(uri)
+    if parsed.scheme in ("http", "https") and parsed.hostname:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        try:
+            socket.create_connection((parsed.hostname, port), timeout=timeout).close()
+        except OSError as exc:
+            reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+            raise PromoteError(f"--tracking-uri {uri}: cannot reach {parsed.hostname}:{port} within {timeout:g} s "
+                               f"({reason}); check the address, or give the registry longer with --timeout") from None
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, round(timeout))))
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
 
 
 def resolve(client: Any, name: str, version: str | None, alias: str | None) -> ModelRef:

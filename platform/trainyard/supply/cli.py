@@ -13,6 +13,7 @@ Importing this module registers the subcommands with ``trainyard.cli``.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from trainyard.supply.bom import build_bom, lock_references, sync_commands, sync
 from trainyard.supply.gate import unlocked_images
 from trainyard.supply.lock import ImageLock, LockEntry, LockFileError, placeholder_digest
 from trainyard.supply.reference import ImageRef, ReferenceError
-from trainyard.supply.registry import Credentials, RegistryClient, RegistryError
+from trainyard.supply.registry import Credentials, RegistryClient, RegistryError, RegistryUnreachable
 
 STACK_HELP = "stack name (prod = stacks/Pulumi.prod.yaml) or path"
 
@@ -112,9 +113,18 @@ def _cmd_images_lock(args: argparse.Namespace) -> int:
     client = RegistryClient(_endpoints(args.endpoint), Credentials.from_environment(), insecure=args.insecure)
     upstream = {image.reference: image.upstream for image in bom.images}
     updated, errors, changed = lock, [], 0
-    for ref in lock_references(bom):
+    unreachable: dict[str, tuple[str, int]] = {}  # registry host -> (reason, images not resolved)
+    references = lock_references(bom)
+    for ref in references:
+        if ref.registry in unreachable:  # one unanswered host is enough: do not ask it again per image
+            reason, count = unreachable[ref.registry]
+            unreachable[ref.registry] = (reason, count + 1)
+            continue
         try:
             digest = client.digest(ref)
+        except RegistryUnreachable as exc:
+            unreachable[ref.registry] = (exc.reason, 1)
+            continue
         except RegistryError as exc:
             errors.append(str(exc))
             continue
@@ -124,10 +134,18 @@ def _cmd_images_lock(args: argparse.Namespace) -> int:
             changed += 1
             print(f"{ref.tagged}: {old.digest if old else '(none)'} ({old.source if old else 'missing'}) -> {digest}")
         updated = updated.with_entry(ref, entry)
-    if errors:
-        print("error: the lock was not changed; these images could not be resolved:", file=sys.stderr)
+    if unreachable or errors:
+        print(f"error: {path}: not changed; {sum(n for _, n in unreachable.values()) + len(errors)} of "
+              f"{len(references)} images could not be resolved", file=sys.stderr)
+        for host, (reason, count) in sorted(unreachable.items()):
+            print(f"  registry {host} cannot be reached ({reason}): {count} images not resolved", file=sys.stderr)
         for error in errors:
             print(f"  {error}", file=sys.stderr)
+        if unreachable:
+            hosts = sorted(unreachable)
+            print(f"hint: ask a reachable copy of the mirror: trainyard images lock {args.stack} --endpoint "
+                  f"{hosts[0]}=https://HOST:PORT (--insecure for plain http); fill the mirror first with "
+                  f"trainyard bom {args.stack} --format sync --out DIR (then run DIR/sync.sh)", file=sys.stderr)
         return EXIT_VIOLATIONS
     path.write_text(updated.dump(), encoding="utf-8")
     print(f"{path}: {len(lock_references(bom))} images of {stack.name} locked from the registry ({changed} changed)")
@@ -137,9 +155,18 @@ def _cmd_images_lock(args: argparse.Namespace) -> int:
 def _cmd_images_verify(args: argparse.Namespace) -> int:
     stack = open_stack(args.stack)
     found = unlocked_images(stack)
+    errors = sum(p.error for p in found)
+    if args.format == "json":
+        print(json.dumps({"schema": "trainyard.images-verify/v1", "stack": stack.name, "ok": not errors,
+                          "exit_code": EXIT_VIOLATIONS if errors else EXIT_OK,
+                          "protect_data": stack.config.lifecycle.protect_data, "errors": errors,
+                          "warnings": len(found) - errors,
+                          "problems": [{"reference": p.reference, "status": p.status,
+                                        "severity": "error" if p.error else "warning", "message": p.message}
+                                       for p in found]}, indent=2, sort_keys=True))
+        return EXIT_VIOLATIONS if errors else EXIT_OK
     for problem in found:
         print(f"{'error' if problem.error else 'warning'}: {problem.message}", file=sys.stderr)
-    errors = sum(p.error for p in found)
     print(f"{stack.name}: {errors} errors, {len(found) - errors} warnings"
           + (" (stack protects data: placeholder and missing digests are refused)" if stack.config.lifecycle.protect_data
              else " (stack does not protect data: placeholders only warn)"))
@@ -172,6 +199,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     lock.set_defaults(func=_cmd_images_lock)
     verify = actions.add_parser("verify", help="list placeholder and missing digests (exit 1 where the stack protects data)")
     verify.add_argument("stack", metavar="STACK", help=STACK_HELP)
+    verify.add_argument("--format", choices=("text", "json"), default="text",
+                        help="text (default) or json (trainyard.images-verify/v1); the exit code is the same")
     verify.set_defaults(func=_cmd_images_verify)
 
 

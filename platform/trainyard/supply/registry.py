@@ -60,6 +60,15 @@ class Credentials:
         return "Basic " + base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
 
 
+class RegistryUnreachable(RegistryError):
+    """No answer at all from a registry host (name not resolved, connection refused, timed out)."""
+
+    def __init__(self, message: str, host: str, reason: str) -> None:
+        super().__init__(message)
+        self.host = host
+        self.reason = reason
+
+
 @dataclass
 class RegistryClient:
     """Manifest digests from registries.
@@ -110,7 +119,8 @@ class RegistryClient:
             if status == 401:
                 raise RegistryError(f"{ref}: {url}: unauthorized (check {USERNAME_ENV}/{PASSWORD_ENV})")
         if status == 404:
-            raise RegistryError(f"{ref}: {url}: not found in the registry (mirror it first: `trainyard bom STACK --sync`)")
+            raise RegistryError(f"{ref}: {url}: not found in the registry "
+                                "(mirror it first: `trainyard bom STACK --format sync --out DIR`, then DIR/sync.sh)")
         return status, response_headers, body
 
     def _authorize(self, challenge: str, ref: ImageRef, url: str) -> str:
@@ -152,4 +162,6 @@ class RegistryClient:
         except urllib.error.HTTPError as exc:
             return exc.code, {k.lower(): v for k, v in exc.headers.items()}, b""
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            raise RegistryError(f"{url}: {getattr(exc, 'reason', exc)}") from None
+            reason = getattr(exc, "reason", exc)
+            text = (getattr(reason, "strerror", None) or str(reason)) if isinstance(reason, OSError) else str(reason)
+            raise RegistryUnreachable(f"{url}: {text}", urllib.parse.urlsplit(url).netloc, text) from None
