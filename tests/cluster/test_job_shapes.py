@@ -44,7 +44,9 @@ OBSERVE = os.environ.get("TRAINYARD_SHAPES_OBSERVE") == "1"
 TENANT = "team-a"
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 POOL_LABEL = "trainyard.dev/pool"
-DEADLINE = 420  # seconds for every admitted job to finish (the stack's waitForPodsReady is 5 min)
+DEADLINE = 240  # seconds for every admitted job of a wave to finish
+# TrainJobs submitted at once: well under the tenant ResourceQuota's count/trainjobs (50) and its requests.cpu.
+WAVE = 12
 
 
 def selected_cases() -> list[tuple[job_shapes.Case, str]]:
@@ -119,7 +121,7 @@ def observe(session: Rehearsal, outcomes: list[Outcome]) -> None:
                        for c in jobs.get(o.name, {}).get("status", {}).get("conditions", [])) for o in created)
 
     with contextlib.suppress(TimeoutError):  # what stands is recorded and judged below
-        wait_until("every admitted shape to finish", finished, DEADLINE, interval=3)
+        wait_until("every admitted shape of the wave to finish", finished, DEADLINE, interval=3)
     jobs = {t["metadata"]["name"]: t for t in session.trainjobs(namespace)}
     workloads = session.workloads(namespace)
     pods = session.kube.items("pods", namespace)
@@ -213,12 +215,51 @@ def expectation(case: job_shapes.Case, session: Rehearsal) -> tuple[Any, list[st
     return completed, list(tr.refusals(completed, flavors_of, shape.torch, num_proc))
 
 
+def judged(session: Rehearsal, outcome: Outcome, what: str, note: str) -> list[str]:
+    """What is wrong with one outcome against the rules (``trainjob_resources``): empty where it is right."""
+    case, wrong = outcome.case, []
+    completed, refused = expectation(case, session)
+    label = f"{case.id} ({outcome.via})"
+    if refused:
+        if outcome.refused is None or "trainyard-trainjob-resources" not in outcome.refused:
+            wrong.append(f"{label}: expected refused ({refused[0]}), got {what} {note}")
+        return wrong
+    if outcome.refused is not None:
+        wrong.append(f"{label}: refused ({outcome.refused})")
+        return wrong
+    if what != "completed":
+        wrong.append(f"{label}: {what}")
+    containers = node_containers(outcome)
+    if len(containers) != case.shape.num_nodes:
+        wrong.append(f"{label}: {len(containers)} node pods for numNodes {case.shape.num_nodes}")
+    for container in containers:
+        got = container.get("resources", {})
+        if (quantities(got.get("requests")), quantities(got.get("limits"))) != (
+                quantities(completed.requests), quantities(completed.limits)):
+            wrong.append(f"{label}: node container resources {got}, expected {completed.as_manifest()}")
+    if reserved(outcome) != requested(outcome):
+        wrong.append(f"{label}: Kueue reserved {shown(reserved(outcome))}, the pods request "
+                     f"{shown(requested(outcome))}")
+    accelerators = {k for k in quantities(completed.requests) if "/" in k}
+    advertised = {n["metadata"]["labels"].get(POOL_LABEL): set(n["status"]["allocatable"])
+                  for n in session.kube.items("nodes", None) if POOL_LABEL in n["metadata"].get("labels", {})}
+    for pool in node_pools(session, outcome):
+        if not accelerators <= advertised.get(pool, set()):
+            wrong.append(f"{label}: pods on pool {pool}, which does not advertise {sorted(accelerators)}")
+    return wrong
+
+
 def test_every_shape_is_refused_at_submit_or_runs_as_kueue_counted_it(shapes_rehearsal: Rehearsal,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     session = shapes_rehearsal
     start = time.monotonic()
-    outcomes = [submit(session, case, via, f"shape-{i}") for i, (case, via) in enumerate(selected_cases())]
-    observe(session, outcomes)
+    selected = selected_cases()
+    outcomes: list[Outcome] = []
+    for first in range(0, len(selected), WAVE):
+        wave = [submit(session, case, via, f"shape-{first + i}") for i, (case, via) in enumerate(selected[first:first + WAVE])]
+        observe(session, wave)
+        outcomes += wave
+        session.reset_jobs(timeout=300)
     rows, wrong = [], []
     for outcome in outcomes:
         case = outcome.case
@@ -228,36 +269,8 @@ def test_every_shape_is_refused_at_submit_or_runs_as_kueue_counted_it(shapes_reh
         rows.append(f"| {case.pool} | {case.runtime} | {case.shape.name} | {outcome.via} | {what} | "
                     f"{shown(reserved(outcome)) or '-'} | {len(outcome.pods)}: {shown(requested(outcome)) or '-'} | "
                     f"{flavors(outcome)} / {pools} | {note[:150]} |")
-        if OBSERVE:
-            continue
-        completed, refused = expectation(case, session)
-        label = f"{case.id} ({outcome.via})"
-        if refused:
-            if outcome.refused is None or "trainyard-trainjob-resources" not in outcome.refused:
-                wrong.append(f"{label}: expected refused ({refused[0]}), got {what} {note}")
-            continue
-        if outcome.refused is not None:
-            wrong.append(f"{label}: refused ({outcome.refused})")
-            continue
-        if what != "completed":
-            wrong.append(f"{label}: {what}")
-        containers = node_containers(outcome)
-        if len(containers) != case.shape.num_nodes:
-            wrong.append(f"{label}: {len(containers)} node pods for numNodes {case.shape.num_nodes}")
-        for container in containers:
-            got = container.get("resources", {})
-            if (quantities(got.get("requests")), quantities(got.get("limits"))) != (
-                    quantities(completed.requests), quantities(completed.limits)):
-                wrong.append(f"{label}: node container resources {got}, expected {completed.as_manifest()}")
-        if reserved(outcome) != requested(outcome):
-            wrong.append(f"{label}: Kueue reserved {shown(reserved(outcome))}, the pods request "
-                         f"{shown(requested(outcome))}")
-        accelerators = {k for k in quantities(completed.requests) if "/" in k}
-        advertised = {n["metadata"]["labels"].get(POOL_LABEL): set(n["status"]["allocatable"])
-                      for n in session.kube.items("nodes", None) if POOL_LABEL in n["metadata"].get("labels", {})}
-        for pool in node_pools(session, outcome):
-            if not accelerators <= advertised.get(pool, set()):
-                wrong.append(f"{label}: pods on pool {pool}, which does not advertise {sorted(accelerators)}")
+        if not OBSERVE:
+            wrong += judged(session, outcome, what, note)
     queue = session.kube.get("clusterqueues.kueue.x-k8s.io", TENANT)
     held = {f["name"]: {r["name"]: r["total"] for r in f["resources"] if str(r["total"]) not in ("0",)}
             for f in queue.get("status", {}).get("flavorsReservation", [])}
