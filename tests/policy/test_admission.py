@@ -7,14 +7,13 @@ cluster tier applies the same objects to a real kube-apiserver.
 
 from __future__ import annotations
 
-import copy
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import ROOT, STACKS, needs_crds, rendered, stack
+from tests.policy import json_patch
 from tests.policy.cases import GOOD_IMAGE, TENANT_NS, container, pod, trainjob, with_change
 from trainyard.manifests import admission
 from trainyard.manifests.meta import KUEUE_FLAVOR_ANNOTATION, QUEUE_NAME_LABEL, TENANT_LABEL
@@ -148,7 +147,7 @@ def mutate(policy: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
     """``obj`` after a JSONPatch mutation: variables, then the patch expression, then the patches applied.
 
     cel-python has no ``JSONPatch`` type (a Kubernetes addition to CEL): each ``JSONPatch{op: ..}`` is read as
-    the map ``{"op": ..}``, which has the same fields. The cluster tier runs the policy itself."""
+    the map ``{"op": ..}`` (tests/policy/json_patch.py). The cluster tier runs the policy itself."""
     celpy = pytest.importorskip("celpy", reason="cel-python is not installed (dev dependency for CEL checks)")
     env = celpy.Environment()
     variables: dict[str, Any] = {}
@@ -160,21 +159,7 @@ def mutate(policy: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
 
     for variable in policy["spec"].get("variables", []):
         variables[variable["name"]] = evaluate(variable["expression"])
-    expression = policy["spec"]["mutations"][0]["jsonPatch"]["expression"]
-    expression = re.sub(r"JSONPatch\{op: ", '{"op": ', expression)
-    expression = expression.replace(", path: ", ', "path": ').replace(", value: ", ', "value": ')
-    out = copy.deepcopy(obj)
-    for patch in evaluate(expression):
-        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in patch["path"].split("/")[1:]]
-        target = out
-        for part in parents:
-            target = target[part]
-        if patch["op"] == "add":
-            target[last] = patch["value"]
-        else:
-            assert patch["op"] == "remove", patch
-            del target[last]
-    return out
+    return json_patch.applied(obj, evaluate(json_patch.as_maps(policy["spec"]["mutations"][0]["jsonPatch"]["expression"])))
 
 
 def flavor_policy(config: Any = None) -> dict[str, Any]:

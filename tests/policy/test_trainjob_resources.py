@@ -9,9 +9,7 @@ tests/cluster/test_trainjob_resources_admission.py.
 
 from __future__ import annotations
 
-import copy
 import functools
-import re
 from fractions import Fraction
 from typing import Any
 
@@ -20,6 +18,7 @@ import yaml
 
 from tests import job_shapes
 from tests.conftest import ROOT, rendered, stack
+from tests.policy import json_patch
 from trainyard.manifests import trainjob_resources as tr
 from trainyard.manifests.trainjob_resources import NodeResources
 from trainyard.quantity import parse_quantity
@@ -154,20 +153,8 @@ def mutate(policy: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
     evaluate, variables = _evaluator(obj)
     for variable in policy["spec"]["variables"]:
         variables[variable["name"]] = evaluate(variable["expression"])
-    expression = policy["spec"]["mutations"][0]["jsonPatch"]["expression"]
-    # cel-python has no JSONPatch type (a Kubernetes addition): read each as the map with the same fields.
-    expression = re.sub(r"JSONPatch\{op: ", '{"op": ', expression)
-    expression = expression.replace(", path: ", ', "path": ').replace(", value: ", ', "value": ')
-    out = copy.deepcopy(obj)
-    for patch in evaluate(expression):
-        assert patch["op"] == "add", patch
-        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in patch["path"].split("/")[1:]]
-        target = out
-        for part in parents:
-            target = target[part]
-        assert last not in target, f"add over an existing {patch['path']}"
-        target[last] = patch["value"]
-    return out
+    return json_patch.applied(obj, evaluate(json_patch.as_maps(policy["spec"]["mutations"][0]["jsonPatch"]["expression"])),
+                              adds_only=True)
 
 
 def denials(policy: dict[str, Any], obj: dict[str, Any]) -> list[str]:
