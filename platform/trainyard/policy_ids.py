@@ -28,6 +28,7 @@ RULE_IDS: frozenset[str] = frozenset({
     "trainjob-priority-class",
     "training-runtime-allowed",
     "runtime-claim-retention",
+    "runtime-depends-on-earlier-jobs",
     "runtime-pods-request-resources",
     "trainjob-resources",
     # policy/lineage.py

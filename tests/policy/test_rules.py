@@ -83,6 +83,13 @@ def isvc(runtime: str = "vllm-openai", uri: str = f"s3://{TENANT_NS}-models/mlfl
             "spec": {"predictor": {"model": {"modelFormat": {"name": "vLLM"}, "runtime": runtime, "storageUri": uri}}}}
 
 
+def _launcher_first(runtime: dict[str, Any]) -> dict[str, Any]:
+    """The runtime with its replicated jobs in the order JobSet refuses: the launcher (which depends on node) first."""
+    out = copy.deepcopy(runtime)
+    out["spec"]["template"]["spec"]["replicatedJobs"].reverse()
+    return out
+
+
 CASES: dict[str, Case] = {
     "image-approved-registry": lambda _: ([pod(container(image="docker.io/library/python@sha256:" + "b" * 64))], [pod()]),
     "image-pinned-digest": lambda _: ([pod(container(image="registry.trainyard.internal/pytorch/pytorch:2.7"))], [pod()]),
@@ -140,6 +147,10 @@ CASES: dict[str, Case] = {
         [_runtime_with_claims({"templates": [{"metadata": {"name": "initializer"}}]})],
         [_runtime_with_claims({"retentionPolicy": {"whenDeleted": "Delete"},
                                "templates": [{"metadata": {"name": "initializer"}}]})]),
+    "runtime-depends-on-earlier-jobs": lambda objs: (
+        [_launcher_first(next(o for o in objs if o["kind"] == "ClusterTrainingRuntime"
+                              and o["metadata"]["name"] == "deepspeed-mpi"))],
+        [o for o in objs if o["kind"] == "ClusterTrainingRuntime"]),
     "runtime-pods-request-resources": lambda _: (
         [_runtime_with_container({"limits": {"nvidia.com/gpu": 1}}), _runtime_with_container({})],
         [_runtime_with_container({"requests": {"cpu": "1", "memory": "4Gi"}}),

@@ -108,6 +108,25 @@ def runtime_claim_retention(obj: Manifest, ctx: Context) -> Iterator[str]:
                    "the update when Kueue resumes a preempted TrainJob, which then never starts again")
 
 
+@object_rule("runtime-depends-on-earlier-jobs", "A training runtime's replicated jobs depend only on jobs listed before them.",
+             "Order spec.template.spec.replicatedJobs so that each dependsOn names an earlier job (the first has none).")
+def runtime_depends_on_earlier_jobs(obj: Manifest, ctx: Context) -> Iterator[str]:
+    """JobSet v0.12.0's webhook refuses a JobSet whose first replicated job has ``dependsOn`` or whose ``dependsOn``
+    names a job listed later; Trainer creates the JobSet only after Kueue admitted the TrainJob, so such a runtime
+    holds quota and never starts anything. Ref: jobset v0.12.0 pkg/webhooks/jobset_webhook.go (ValidateCreate)."""
+    if obj.get("kind") not in RUNTIME_KINDS:
+        return
+    earlier: set[str] = set()
+    for i, job in enumerate(as_list(dig(obj, "spec", "template", "spec", "replicatedJobs"))):
+        name = str(as_dict(job).get("name"))
+        for dependency in as_list(as_dict(job).get("dependsOn")):
+            wanted = str(as_dict(dependency).get("name"))
+            if wanted not in earlier:
+                yield (f"spec.template.spec.replicatedJobs[{i}] ({name}) depends on {wanted}, which is not listed before "
+                       "it: JobSet refuses the JobSet, and every TrainJob on this runtime holds its quota and never starts")
+        earlier.add(name)
+
+
 @object_rule("runtime-pods-request-resources", "Every container of a training runtime requests CPU and memory.",
              "Set resources.requests (or limits) for cpu and memory on every container of the runtime, initializers "
              "included; spec.trainer.resourcesPerNode replaces the trainer's.")
@@ -164,4 +183,4 @@ def trainjob_resources_fit(objects: Sequence[Manifest], ctx: Context) -> Iterato
 
 
 RULES = (trainjob_approved_runtime, trainjob_queue_label, trainjob_priority_class, training_runtime_allowed,
-         runtime_claim_retention, runtime_pods_request_resources, trainjob_resources_fit)
+         runtime_claim_retention, runtime_depends_on_earlier_jobs, runtime_pods_request_resources, trainjob_resources_fit)
