@@ -52,6 +52,10 @@ class Ports:
     jobset_health: int = 28091
     trainer_webhook: int = 29445
     trainer_health: int = 28101
+    # A real node (rehearsal/node.py): its loopback image registry, and the kubelet's ports (node i adds i).
+    registry: int = 25000
+    kubelet: int = 26250
+    kubelet_healthz: int = 26248
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Ports:
@@ -232,6 +236,9 @@ class Pki:
         self._issue("admin", "/O=system:masters/CN=trainyard-admin")
         self._issue("kcm", "/CN=system:kube-controller-manager")
         self._issue("scheduler", "/CN=system:kube-scheduler")
+        # What the API server shows a kubelet (logs, exec): the kubelet authorizes it by webhook, and
+        # system:masters may do anything. Ref: kubernetes.io/docs/reference/access-authn-authz/kubelet-authn-authz/
+        self._issue("apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client")
         # The controllers' webhook servers: one serving certificate for 127.0.0.1, as envtest does.
         self._issue("webhook", "/CN=trainyard-rehearsal-webhooks", server=f"IP:{HOST},DNS:localhost")
         if not self.path("sa.key").exists():
@@ -248,6 +255,11 @@ class Pki:
             if not value or any(c in value for c in "/=+,\\\n"):
                 raise ClusterError(f"{value!r} cannot be put in a certificate subject")
         self._issue(name, "".join(f"/O={g}" for g in groups) + f"/CN={user}")
+        self.path(f"{name}.key").chmod(0o600)
+
+    def issue_server(self, name: str, subject: str, names: str) -> None:
+        """A serving certificate for ``names`` (``IP:...,DNS:...``), e.g. a real node's kubelet."""
+        self._issue(name, subject, server=names)
         self.path(f"{name}.key").chmod(0o600)
 
     def _issue(self, name: str, subject: str, server: str | None = None) -> None:
@@ -394,7 +406,12 @@ class ControlPlane:
             "--service-cluster-ip-range", SERVICE_CIDR, "--authorization-mode", "Node,RBAC",
             "--enable-admission-plugins", "NamespaceLifecycle,ServiceAccount,NodeRestriction,ValidatingAdmissionPolicy,"
             "ValidatingAdmissionWebhook,MutatingAdmissionWebhook,ResourceQuota,LimitRanger",
-            "--allow-privileged=true", "--endpoint-reconciler-type", "none", "--profiling=false", "--v=1"],
+            "--allow-privileged=true", "--endpoint-reconciler-type", "none", "--profiling=false", "--v=1",
+            # Real nodes (rehearsal/node.py): reach a kubelet at its InternalIP (its Hostname, the node name, is
+            # in no DNS here) with a client certificate the kubelet accepts.
+            "--kubelet-preferred-address-types", "InternalIP",
+            "--kubelet-client-certificate", str(pki("apiserver-kubelet-client.crt")),
+            "--kubelet-client-key", str(pki("apiserver-kubelet-client.key"))],
             self.api_ready, self.settings.ready_timeout,
             # Webhook calls go to 127.0.0.1 directly, never through a proxy a developer's shell may set.
             env={"NO_PROXY": HOST, "no_proxy": HOST})
