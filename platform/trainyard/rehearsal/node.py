@@ -48,6 +48,7 @@ from trainyard.rehearsal.kube import KubeError, Manifest, wait_until
 
 DEFAULT_POD_NETWORK = "10.244.0.0/16"  # node i gets its i-th /24
 DEFAULT_CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
+CAP_SYS_RESOURCE = 24  # linux/capability.h
 NODE_LABEL = "trainyard.dev/node"  # = "real" on these nodes (fake nodes carry kwok's annotation instead)
 
 
@@ -115,9 +116,15 @@ def _toml(value: str) -> str:
     return json.dumps(value)  # a TOML basic string is a JSON string for the paths and names used here
 
 
-def containerd_config(layout: NodeLayout, sandbox_image: str, runc: str) -> str:
+def containerd_config(layout: NodeLayout, sandbox_image: str, runc: str, restrict_oom_score_adj: bool = False) -> str:
     """containerd 1.6's configuration (version 2) for this node. Ref: containerd v1.6.20 docs/cri/config.md,
-    pkg/cri/config/config.go (netns_mounts_under_state_dir, registry.config_path)."""
+    pkg/cri/config/config.go (netns_mounts_under_state_dir, registry.config_path, restrict_oom_score_adj).
+
+    ``restrict_oom_score_adj``: where this machine's root lacks CAP_SYS_RESOURCE (some VMs and sandboxes), a
+    process may not lower its ``oom_score_adj``; the kubelet asks -998 for every sandbox, and runc's init then
+    dies ("failed to update /proc/self/oom_score_adj: Permission denied", reported by the kubelet as
+    "can't get final child's PID from pipe: EOF"). containerd then clamps the value to its own.
+    """
     d = layout.path
     cri = '[plugins."io.containerd.grpc.v1.cri"]'
     return f"""version = 2
@@ -142,7 +149,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   netns_mounts_under_state_dir = true
   enable_selinux = false
   disable_apparmor = true
-  restrict_oom_score_adj = false
+  restrict_oom_score_adj = {"true" if restrict_oom_score_adj else "false"}
 
 {cri[:-1]}.containerd]
   snapshotter = "overlayfs"
@@ -153,6 +160,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
 {cri[:-1]}.containerd.runtimes.runc.options]
   BinaryName = {_toml(runc)}
+  Root = {_toml(str(d("containerd", "runc")))}
   SystemdCgroup = false
 
 {cri[:-1]}.cni]
@@ -333,7 +341,8 @@ class RealNode:
         self._bridge_up()
         self._cgroup_root_up()
         runc = self.host.find("runc") or "runc"
-        layout.path("containerd.toml").write_text(containerd_config(layout, built[0].reference, runc))
+        layout.path("containerd.toml").write_text(containerd_config(
+            layout, built[0].reference, runc, restrict_oom_score_adj=not self.host.has_capability(CAP_SYS_RESOURCE)))
         (layout.path("cni", "net.d") / "10-trainyard.conflist").write_text(json.dumps(cni_config(layout), indent=2))
         layout.path("resolv.conf").write_text("# an air-gapped rehearsal node: no DNS\n")
         self.processes.start(self.containerd, ["containerd", "--config", str(layout.path("containerd.toml"))])
@@ -428,14 +437,19 @@ class RealNode:
 
     def leftovers(self) -> list[str]:
         """What of this node still exists on the machine: processes, mounts, the bridge, cgroups (empty after down)."""
-        found = [f"process {name} (pid {self.processes.pid(name)})" for name in (self.kubelet, self.containerd)
-                 if self.processes.running(name)]
+        own = [self.kubelet, self.containerd] + ([] if self._other_nodes_running() else ["registry"])
+        found = [f"process {name} (pid {self.processes.pid(name)})" for name in own if self.processes.running(name)]
         found += [f"process {pid}: {cmd}" for pid, cmd in self._processes_of_node()]
         found += [f"mount {m}" for m in self._mounts()]
         if self._ip("link", "show", self.layout.tag, check=False).returncode == 0:
             found.append(f"network device {self.layout.tag}")
         found += [f"cgroup {h / self.layout.tag}" for h in self._cgroup_hierarchies() if (h / self.layout.tag).exists()]
         return found
+
+    def _other_nodes_running(self) -> bool:
+        """Whether another real node of this cluster still runs (they share the registry)."""
+        return any(p.stem != self.kubelet and self.processes.running(p.stem)
+                   for p in self.settings.run_dir.glob("kubelet-*.pid"))
 
     def _processes_of_node(self) -> Iterator[tuple[int, str]]:
         """Processes started for this node (containerd's shims name its socket; containers run under its cgroup root)."""
@@ -480,6 +494,8 @@ class RealNode:
                 subprocess.run(["umount", "-l", point], capture_output=True, check=False)  # noqa: S603, S607
         self._ip("link", "del", self.layout.tag, check=False)
         self._cgroup_root_down()
+        if not self._other_nodes_running():
+            self.registry.down()
         if self.plane.api_ready():
             with contextlib.suppress(KubeError):
                 self.plane.kube().run("delete", "node", self.name, "--ignore-not-found", "--wait=false")

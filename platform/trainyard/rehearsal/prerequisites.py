@@ -60,6 +60,17 @@ class Host:
                     return str(candidate)
         return found
 
+    def has_capability(self, number: int) -> bool:
+        """Whether this process holds capability ``number`` (CapEff of /proc/self/status)."""
+        try:
+            status = (self.proc / "self" / "status").read_text()
+        except OSError:
+            return True
+        for line in status.splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> number & 1)
+        return True
+
     def filesystems(self) -> set[str]:
         try:
             text = (self.proc / "filesystems").read_text()

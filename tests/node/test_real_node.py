@@ -1,0 +1,138 @@
+"""Node tier: the rehearsal's control plane and one real node (containerd + CNI bridge + kubelet) on this machine.
+
+The node pulls its images (the pause image built from Kubernetes' pause.c, busybox from Debian's busybox-static)
+from a loopback registry only, runs a pod whose container prints a line, and the API server serves its log. Then
+the node is stopped and nothing of it is left: processes, mounts, the bridge, cgroups.
+
+Needs root, the tools of ``tools/build.sh node`` (control plane, kubelet, crane) and Debian's containerd, runc,
+CNI plugins, busybox-static and gcc: every test skips, saying which is missing, elsewhere (``make test-node``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.conftest import private_env, tools_problem
+from trainyard.rehearsal import images, prerequisites
+from trainyard.rehearsal.cluster import ControlPlane, Settings
+from trainyard.rehearsal.kube import wait_until
+from trainyard.rehearsal.node import RealNode
+
+pytestmark = pytest.mark.node
+
+
+def free_pod_network() -> str:
+    """A /16 in 10.200-10.249 that no interface of this machine uses (a person's node keeps 10.244)."""
+    used = subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True, check=True).stdout
+    networks = [ipaddress.IPv4Interface(f"{a['local']}/{a['prefixlen']}").network
+                for link in json.loads(used) for a in link.get("addr_info", [])]
+    for second in range(200 + os.getpid() % 50, 250):
+        candidate = ipaddress.IPv4Network(f"10.{second}.0.0/16")
+        if not any(candidate.overlaps(n) for n in networks):
+            return str(candidate)
+    raise AssertionError("no free 10.x.0.0/16 for the pod network")
+
+
+@dataclass(frozen=True)
+class Running:
+    plane: ControlPlane
+    node: RealNode
+    timings: dict[str, float]
+
+
+@pytest.fixture(scope="module")
+def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    problem = tools_problem("etcd", "kube-apiserver", "kubelet", "crane")
+    if problem is not None:
+        pytest.skip(problem)
+    settings = Settings.from_env(private_env(tmp_path_factory.mktemp("node-cluster")))
+    node = RealNode(settings, pod_network=free_pod_network())
+    missing = node.problems()
+    if missing:
+        pytest.skip("; ".join(missing))
+    plane, timings = ControlPlane(settings), {}
+    try:
+        start = time.monotonic()
+        plane.up()
+        timings["control plane up"] = time.monotonic() - start
+        start = time.monotonic()
+        node.up()
+        timings["node up (registry, images, containerd, kubelet, Ready)"] = time.monotonic() - start
+        yield Running(plane, node, timings)
+    finally:
+        start = time.monotonic()
+        node.down()
+        timings["node down"] = time.monotonic() - start
+        plane.down()
+        print("\n".join(f"    {k}: {v:.1f}s" for k, v in timings.items()))
+
+
+def test_the_real_node_registers_and_is_ready(real_node: Running) -> None:
+    kube = real_node.plane.kube()
+    node = kube.get("node", real_node.node.name)
+    print(kube.run("get", "nodes", "-o", "wide").stdout)
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.36.3"
+    assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
+    assert {"type": "InternalIP", "address": real_node.node.layout.address} in node["status"]["addresses"]
+    assert not any(t["key"] == "node.kubernetes.io/not-ready" for t in node["spec"].get("taints") or [])
+
+
+def test_a_pod_from_the_locally_built_image_runs_and_its_log_is_served(real_node: Running) -> None:
+    kube, image = real_node.plane.kube(), f"{images.MIRROR_HOST}/{images.BUSYBOX_REPOSITORY}"
+    tag = images.busybox_version(images.BUSYBOX)
+    start = time.monotonic()
+    kube.apply([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hello", "namespace": "default"},
+                 "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                          "containers": [{"name": "hello", "image": f"{image}:{tag}", "imagePullPolicy": "Always",
+                                          "command": ["sh", "-c", "echo hello from $(hostname) at $(ip -4 -o addr show eth0 "
+                                                      "| awk '{print $4}'); cat /proc/1/cgroup | head -3"]}]}}],
+               field_manager="trainyard-test")
+
+    def finished() -> str | None:
+        phase: str = (kube.get("pod", "hello", "default").get("status") or {}).get("phase", "")
+        return phase if phase in {"Succeeded", "Failed"} else None
+
+    phase = wait_until("pod hello to finish", finished, 180, interval=1)
+    real_node.timings["pod created -> Succeeded"] = time.monotonic() - start
+    log = kube.run("logs", "hello", "-n", "default").stdout
+    pod = kube.get("pod", "hello", "default")
+    print(kube.run("get", "pod", "hello", "-n", "default", "-o", "wide").stdout)
+    print(log)
+    assert phase == "Succeeded", kube.run("describe", "pod", "hello", "-n", "default").stdout
+    assert f"hello from hello at {pod['status']['podIP']}/24" in log
+    assert real_node.node.layout.tag in log  # the container runs under the node's cgroup root
+    assert pod["spec"]["nodeName"] == real_node.node.name
+    statuses = pod["status"]["containerStatuses"][0]
+    assert statuses["imageID"].startswith(f"{image}@sha256:")
+
+
+def test_a_stopped_node_leaves_nothing_behind(real_node: Running) -> None:
+    """Runs last in the module: the fixture's down() is idempotent, so stopping here and again there is fine."""
+    node = real_node.node
+    assert node.leftovers(), "the running node shows its processes"
+    start = time.monotonic()
+    node.down()
+    real_node.timings["node down (test)"] = time.monotonic() - start
+    assert node.leftovers() == []
+    assert not real_node.plane.kube().exists("node", node.name)
+
+
+def test_a_missing_binary_is_named_before_anything_starts(tmp_path: Path) -> None:
+    """On this (real) machine, with containerd hidden from PATH and no kubelet built: one error, nothing started."""
+    settings = Settings.from_env({"TRAINYARD_CLUSTER_DIR": str(tmp_path / "c"), "TRAINYARD_TOOLS_DIR": str(tmp_path)})
+    host = prerequisites.Host(which=lambda name: None if name == "containerd" else prerequisites.Host().find(name),
+                              extra_path=())
+    with pytest.raises(prerequisites.PrerequisiteError) as caught:
+        RealNode(settings, host=host).up()
+    assert "containerd: not found on PATH (Debian: apt-get install containerd)" in caught.value.problems
+    assert f"kubelet: not built at {tmp_path / 'bin' / 'kubelet'} (run `tools/build.sh node`)" in caught.value.problems
+    assert not (tmp_path / "c").exists()
