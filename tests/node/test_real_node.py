@@ -1,8 +1,9 @@
-"""Node tier: the rehearsal's control plane and one real node (containerd + CNI bridge + kubelet) on this machine.
+"""Node tier: the rehearsal's control plane and two real nodes (containerd + CNI bridge + kubelet) on this machine.
 
-The node pulls its images (the pause image built from Kubernetes' pause.c, busybox from Debian's busybox-static)
-from a loopback registry only, runs a pod whose container prints a line, and the API server serves its log. Then
-the node is stopped and nothing of it is left: processes, mounts, the bridge, cgroups.
+The nodes pull their images (the pause image built from Kubernetes' pause.c, busybox from Debian's busybox-static)
+from a loopback registry only; a pod whose container prints a line runs and the API server serves its log; a pod
+on one node reaches a pod on the other, and nothing outside the pod network. Then the nodes are stopped and
+nothing of them is left: processes, mounts, bridges, cgroups.
 
 Needs root, the tools of ``tools/build.sh node`` (control plane, kubelet, crane) and Debian's containerd, runc,
 CNI plugins, busybox-static and gcc: every test skips, saying which is missing, elsewhere (``make test-node``).
@@ -46,6 +47,7 @@ def free_pod_network() -> str:
 class Running:
     plane: ControlPlane
     node: RealNode
+    other: RealNode  # a second real node of the same cluster
     timings: dict[str, float]
 
 
@@ -54,8 +56,8 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     problem = tools_problem("etcd", "kube-apiserver", "kubelet", "crane")
     if problem is not None:
         pytest.skip(problem)
-    settings = Settings.from_env(private_env(tmp_path_factory.mktemp("node-cluster")))
-    node = RealNode(settings, pod_network=free_pod_network())
+    settings, network = Settings.from_env(private_env(tmp_path_factory.mktemp("node-cluster"))), free_pod_network()
+    node, other = RealNode(settings, "node-0", 0, pod_network=network), RealNode(settings, "node-1", 1, pod_network=network)
     missing = node.problems()
     if missing:
         pytest.skip("; ".join(missing))
@@ -66,12 +68,16 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         timings["control plane up"] = time.monotonic() - start
         start = time.monotonic()
         node.up()
-        timings["node up (registry, images, containerd, kubelet, Ready)"] = time.monotonic() - start
-        yield Running(plane, node, timings)
+        timings["node-0 up (registry, images, containerd, kubelet, Ready)"] = time.monotonic() - start
+        start = time.monotonic()
+        other.up()
+        timings["node-1 up"] = time.monotonic() - start
+        yield Running(plane, node, other, timings)
     finally:
         start = time.monotonic()
-        node.down()
-        timings["node down"] = time.monotonic() - start
+        for each in (other, node):
+            each.down()
+        timings["nodes down (fixture)"] = time.monotonic() - start
         plane.down()
         print("\n".join(f"    {k}: {v:.1f}s" for k, v in timings.items()))
 
@@ -115,15 +121,47 @@ def test_a_pod_from_the_locally_built_image_runs_and_its_log_is_served(real_node
     assert statuses["imageID"].startswith(f"{image}@sha256:")
 
 
-def test_a_stopped_node_leaves_nothing_behind(real_node: Running) -> None:
-    """Runs last in the module: the fixture's down() is idempotent, so stopping here and again there is fine."""
-    node = real_node.node
-    assert node.leftovers(), "the running node shows its processes"
+def test_a_pod_reaches_a_pod_on_the_other_real_node_and_nothing_outside(real_node: Running) -> None:
+    tag = images.busybox_version(images.BUSYBOX)
+    kube, image = real_node.plane.kube(), f"{images.MIRROR_HOST}/{images.BUSYBOX_REPOSITORY}:{tag}"
+    kube.apply([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "server", "namespace": "default"},
+                 "spec": {"nodeName": real_node.other.name, "terminationGracePeriodSeconds": 1,
+                          "containers": [{"name": "server", "image": image, "command": [
+                              "sh", "-c", "while true; do echo pong from $(hostname) | nc -l -p 8080; done"]}]}}],
+               field_manager="trainyard-test")
+    server_ip = wait_until("the server pod to run", lambda: (kube.get("pod", "server", "default").get("status") or {})
+                           .get("podIP") if _running(kube.get("pod", "server", "default")) else None, 120)
     start = time.monotonic()
-    node.down()
-    real_node.timings["node down (test)"] = time.monotonic() - start
-    assert node.leftovers() == []
-    assert not real_node.plane.kube().exists("node", node.name)
+    kube.apply([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client", "namespace": "default"},
+                 "spec": {"nodeName": real_node.node.name, "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                          "containers": [{"name": "client", "image": image, "command": [
+                              "sh", "-c", f"nc -w 5 {server_ip} 8080 </dev/null; "
+                              "ping -c 1 -W 2 192.0.2.1 2>&1 | tail -1; nc -w 3 1.1.1.1 80 </dev/null 2>&1 | tail -1"]}]}}],
+               field_manager="trainyard-test")
+    wait_until("the client pod to finish", lambda: (kube.get("pod", "client", "default").get("status") or {})
+               .get("phase") in {"Succeeded", "Failed"} or None, 120, interval=1)
+    real_node.timings["client pod created -> finished (across nodes)"] = time.monotonic() - start
+    log = kube.run("logs", "client", "-n", "default").stdout
+    print(kube.run("get", "pods", "-o", "wide", "-n", "default").stdout)
+    print(log)
+    assert "pong from server" in log
+    assert log.count("Network is unreachable") == 2  # no route out of the pod network: air-gapped
+
+
+def _running(pod: dict[str, object]) -> bool:
+    status = pod.get("status")
+    return isinstance(status, dict) and status.get("phase") == "Running"
+
+
+def test_stopped_nodes_leave_nothing_behind(real_node: Running) -> None:
+    """Runs last in the module: the fixture's down() is idempotent, so stopping here and again there is fine."""
+    for node in (real_node.other, real_node.node):
+        assert node.leftovers(), "a running node shows its processes"
+        start = time.monotonic()
+        node.down()
+        real_node.timings[f"{node.name} down (test, its pods deleted first)"] = time.monotonic() - start
+        assert node.leftovers() == []
+        assert not real_node.plane.kube().exists("node", node.name)
 
 
 def test_a_missing_binary_is_named_before_anything_starts(tmp_path: Path) -> None:

@@ -146,3 +146,15 @@ def test_the_node_tool_group_builds_what_a_real_node_starts() -> None:
     started = {name for name, path in RealNode(Settings.from_env({})).required_binaries().items() if path is not None}
     assert started <= built, sorted(started - built)
     assert "kube-proxy" in binaries["kubelet"]
+
+
+def test_without_cap_sys_resource_containerd_clamps_the_sandboxes_oom_score(tmp_path: Path) -> None:
+    """Root without CAP_SYS_RESOURCE (this VM) may not lower oom_score_adj: runc's init died on the kubelet's -998."""
+    proc = tmp_path / "proc"
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "status").write_text("Name:\tx\nCapEff:\t000001fffeffffff\n")  # every capability but bit 24
+    host = prerequisites.Host(proc=proc)
+    assert not host.has_capability(24) and host.has_capability(21)
+    node = layout(tmp_path)
+    assert "restrict_oom_score_adj = true" in containerd_config(node, "p", "runc", restrict_oom_score_adj=True)
+    assert "restrict_oom_score_adj = false" in containerd_config(node, "p", "runc")

@@ -7,8 +7,10 @@ The fake nodes (kwok) only move pods through their phases; a real node runs thei
   registry, ``registry.config_path`` mapping ``trainyard.local`` to that registry (``hosts.toml``), network
   namespaces under its state directory (``netns_mounts_under_state_dir``), streaming on a free port.
 - **CNI**: the ``bridge`` plugin on a bridge of its own (``ty<hash>``, made here with the node's address) with
-  ``host-local`` addresses from the node's /24 (leases in the node's directory). No masquerade and no forwarding:
-  pods reach this machine's bridge address and each other, nothing else (air-gapped by construction).
+  ``host-local`` addresses from the node's /24 (leases in the node's directory). Pods get routes to the pod
+  network and the service range only, no default route and no masquerade: they reach this machine's bridge
+  address, each other (across real nodes through this machine: forwarding on the pods' bridges only) and
+  nothing else (air-gapped by construction).
 - **kubelet** (``tools/build.sh kubelet``, the API server's release) with a client certificate of the rehearsal CA
   (``system:node:<name>`` in ``system:nodes``: the Node authorizer and NodeRestriction apply), a serving
   certificate for the node's address, webhook authentication and authorization, the cgroupfs driver under a
@@ -43,7 +45,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.rehearsal import images, prerequisites
-from trainyard.rehearsal.cluster import HOST, ClusterError, ControlPlane, Processes, Settings, port_in_use, write_kubeconfig
+from trainyard.rehearsal.cluster import (
+    HOST,
+    SERVICE_CIDR,
+    ClusterError,
+    ControlPlane,
+    Processes,
+    Settings,
+    port_in_use,
+    write_kubeconfig,
+)
 from trainyard.rehearsal.kube import KubeError, Manifest, wait_until
 
 DEFAULT_POD_NETWORK = "10.244.0.0/16"  # node i gets its i-th /24
@@ -182,7 +193,7 @@ def cni_config(layout: NodeLayout) -> Manifest:
             "type": "bridge", "bridge": layout.tag, "isGateway": True, "ipMasq": False, "hairpinMode": True,
             "ipam": {"type": "host-local", "dataDir": str(layout.path("cni", "ipam")),
                      "ranges": [[{"subnet": str(layout.subnet), "gateway": layout.address}]],
-                     "routes": [{"dst": "0.0.0.0/0"}]},
+                     "routes": [{"dst": layout.pod_network}, {"dst": SERVICE_CIDR}]},
         }],
     }
 
@@ -411,6 +422,10 @@ class RealNode:
         if f'"{self.layout.address}"' not in addresses:
             self._ip("addr", "add", f"{self.layout.address}/{self.layout.subnet.prefixlen}", "dev", tag)
         self._ip("link", "set", tag, "up")
+        # Pods of different real nodes reach each other through this machine: forwarding for packets that arrive
+        # on the pods' bridges only (an interface setting that goes with the device; net.ipv4.ip_forward, the
+        # machine's, is left alone). Ref: kernel Documentation/networking/ip-sysctl.rst, conf/interface/forwarding.
+        (self.host.proc / "sys" / "net" / "ipv4" / "conf" / tag / "forwarding").write_text("1\n")
 
     def _cgroup_hierarchies(self) -> list[Path]:
         """Mount points of the cgroup hierarchies (v1 controllers, the v1 named ones, and v2)."""
@@ -533,3 +548,15 @@ class RealNode:
                     directory.rmdir()
             with contextlib.suppress(OSError):
                 root.rmdir()
+
+
+def real_node_names(settings: Settings) -> list[str]:
+    """The real nodes this cluster has state for (``nodes/<name>``), started or not."""
+    directory = settings.state_dir / "nodes"
+    return sorted(p.name for p in directory.iterdir() if p.is_dir()) if directory.is_dir() else []
+
+
+def stop_real_nodes(settings: Settings) -> None:
+    """``down`` of every real node of the cluster (``trainyard cluster down`` calls it before the control plane)."""
+    for name in real_node_names(settings):
+        RealNode(settings, name).down()
