@@ -57,7 +57,8 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     if problem is not None:
         pytest.skip(problem)
     settings, network = Settings.from_env(private_env(tmp_path_factory.mktemp("node-cluster"))), free_pod_network()
-    node, other = RealNode(settings, "node-0", 0, pod_network=network), RealNode(settings, "node-1", 1, pod_network=network)
+    node = RealNode(settings, "node-0", 0, pod_network=network, proxy=True)
+    other = RealNode(settings, "node-1", 1, pod_network=network)
     missing = node.problems()
     if missing:
         pytest.skip("; ".join(missing))
@@ -148,6 +149,35 @@ def test_a_pod_reaches_a_pod_on_the_other_real_node_and_nothing_outside(real_nod
     assert log.count("Network is unreachable") == 2  # no route out of the pod network: air-gapped
 
 
+def test_a_service_cluster_ip_reaches_its_pod_from_either_node(real_node: Running) -> None:
+    """kube-proxy (nftables mode) on the real nodes: the server pod of the previous test behind a Service."""
+    kube, tag = real_node.plane.kube(), images.busybox_version(images.BUSYBOX)
+    kube.run("label", "pod", "server", "-n", "default", "app=echo", "--overwrite")
+    kube.apply([{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo", "namespace": "default"},
+                 "spec": {"selector": {"app": "echo"}, "ports": [{"port": 80, "targetPort": 8080}]}}],
+               field_manager="trainyard-test")
+    cluster_ip = kube.get("service", "echo", "default")["spec"]["clusterIP"]
+    def endpoints() -> str:
+        return kube.run("get", "endpointslices", "-n", "default", "-l", "kubernetes.io/service-name=echo",
+                        "-o", "name").stdout.strip()
+
+    wait_until("the Service's endpoints", endpoints, 60)
+    image = f"{images.MIRROR_HOST}/{images.BUSYBOX_REPOSITORY}:{tag}"
+    for node in (real_node.node, real_node.other):
+        kube.apply([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"via-service-{node.name}", "namespace": "default"},
+                     "spec": {"nodeName": node.name, "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                              "containers": [{"name": "client", "image": image,
+                                              "command": ["sh", "-c", f"nc -w 5 {cluster_ip} 80 </dev/null"]}]}}],
+                   field_manager="trainyard-test")
+    for node in (real_node.node, real_node.other):
+        name = f"via-service-{node.name}"
+        wait_until(f"pod {name} to finish", lambda n=name: (kube.get("pod", n, "default").get("status") or {})
+                   .get("phase") in {"Succeeded", "Failed"} or None, 120, interval=1)
+        log = kube.run("logs", name, "-n", "default").stdout
+        print(f"{name} -> {cluster_ip}:80: {log.strip()}")
+        assert "pong from server" in log
+
+
 def _running(pod: dict[str, object]) -> bool:
     status = pod.get("status")
     return isinstance(status, dict) and status.get("phase") == "Running"
@@ -162,6 +192,7 @@ def test_stopped_nodes_leave_nothing_behind(real_node: Running) -> None:
         real_node.timings[f"{node.name} down (test, its pods deleted first)"] = time.monotonic() - start
         assert node.leftovers() == []
         assert not real_node.plane.kube().exists("node", node.name)
+    assert real_node.node.proxy is not None and real_node.node.proxy.tables() == []  # kube-proxy --cleanup ran
 
 
 def test_a_missing_binary_is_named_before_anything_starts(tmp_path: Path) -> None:

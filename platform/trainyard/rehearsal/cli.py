@@ -16,6 +16,7 @@ from trainyard.config.load import project_root
 from trainyard.project import open_stack
 from trainyard.rehearsal.cluster import ClusterError, ControlPlane, Processes, Settings
 from trainyard.rehearsal.kube import KubeError
+from trainyard.rehearsal.prerequisites import PrerequisiteError
 from trainyard.rehearsal.scenario import Job, ScenarioError, load_scenario, scenario_path
 from trainyard.rehearsal.session import Rehearsal, stop_everything
 
@@ -41,14 +42,14 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
                     shutil.rmtree(settings.state_dir, ignore_errors=True)
             return EXIT_OK
         if args.action in {"node-up", "node-down"}:
-            return _real_node(settings, args.action, args.node)
+            return _real_node(settings, args.action, args.node, args.proxy)
         rehearsal = _rehearsal(args.stack or "local")
         if args.action == "up":
             rehearsal.up()
             return EXIT_OK
         if args.action in {"smoke", "kubeconfig"}:
             return _smoke(rehearsal) if args.action == "smoke" else _tenant_kubeconfig(rehearsal, args.tenant)
-    except (ClusterError, KubeError, TimeoutError) as exc:
+    except (ClusterError, KubeError, TimeoutError, PrerequisiteError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     raise UsageError(f"unknown action {args.action}")
@@ -60,13 +61,13 @@ def _env(settings: Settings) -> int:
     return EXIT_OK
 
 
-def _real_node(settings: Settings, action: str, name: str) -> int:
+def _real_node(settings: Settings, action: str, name: str, proxy: bool) -> int:
     """A real node (containerd + CNI bridge + kubelet) beside the running control plane: docs/rehearsal.md "Real nodes"."""
     from trainyard.rehearsal.node import RealNode, real_node_names
 
     names = real_node_names(settings)
     index = names.index(name) if name in names else len(names)
-    node = RealNode(settings, name, index)
+    node = RealNode(settings, name, index, proxy=proxy)
     if action == "node-down":
         node.down()
         left = node.leftovers()
@@ -226,6 +227,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     cluster.add_argument("--purge", action="store_true", help="down: also delete the cluster's state directory")
     cluster.add_argument("--tenant", metavar="NAME", help="kubeconfig: the tenant (a client certificate in its groups)")
     cluster.add_argument("--node", metavar="NAME", default="node-0", help="node-up/node-down: the real node's name")
+    cluster.add_argument("--proxy", action="store_true", help="node-up: also run kube-proxy (nftables; one per machine)")
     cluster.set_defaults(func=_cmd_cluster)
 
     help_text = ("write a kind cluster configuration and the stack's kind overlay (controllers from their charts, "

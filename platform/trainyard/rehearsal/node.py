@@ -56,6 +56,7 @@ from trainyard.rehearsal.cluster import (
     write_kubeconfig,
 )
 from trainyard.rehearsal.kube import KubeError, Manifest, wait_until
+from trainyard.rehearsal.proxy import ServiceProxy
 
 DEFAULT_POD_NETWORK = "10.244.0.0/16"  # node i gets its i-th /24
 DEFAULT_CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
@@ -104,13 +105,14 @@ class NodeLayout:
     def cgroup_root(self) -> str:
         return f"/{self.tag}"
 
+    # Every node's kubelet listens on its own address (its bridge's), so all nodes share the two port numbers.
     @property
     def kubelet_port(self) -> int:
-        return self.settings.ports.kubelet + self.index
+        return self.settings.ports.kubelet
 
     @property
     def healthz_port(self) -> int:
-        return self.settings.ports.kubelet_healthz + self.index
+        return self.settings.ports.kubelet_healthz
 
     def path(self, *parts: str) -> Path:
         return self.directory.joinpath(*parts)
@@ -204,7 +206,7 @@ def kubelet_config(layout: NodeLayout, ca: Path, serving: tuple[Path, Path]) -> 
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
         "address": layout.address, "port": layout.kubelet_port, "readOnlyPort": 0,
-        "healthzBindAddress": HOST, "healthzPort": layout.healthz_port,
+        "healthzBindAddress": layout.address, "healthzPort": layout.healthz_port,
         "tlsCertFile": str(serving[0]), "tlsPrivateKeyFile": str(serving[1]),
         "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
                            "x509": {"clientCAFile": str(ca)}},
@@ -271,7 +273,7 @@ class RealNode:
 
     def __init__(self, settings: Settings, name: str = "node-0", index: int = 0,
                  pod_network: str | None = None, cni_bin_dir: Path | None = None,
-                 host: prerequisites.Host | None = None) -> None:
+                 host: prerequisites.Host | None = None, proxy: bool = False) -> None:
         env = os.environ
         self.layout = NodeLayout(settings, name, index,
                                  pod_network or env.get("TRAINYARD_POD_NETWORK") or DEFAULT_POD_NETWORK,
@@ -281,6 +283,8 @@ class RealNode:
         self.processes = Processes(settings)
         self.registry = LoopbackRegistry(settings)
         self.host = host or prerequisites.Host()
+        # kube-proxy serves every real node of this machine's network namespace: one node runs it.
+        self.proxy = ServiceProxy(settings, name, self.layout.pod_network) if proxy else None
 
     @property
     def name(self) -> str:
@@ -306,10 +310,8 @@ class RealNode:
         found = prerequisites.missing(self.required_binaries(), self.layout.cni_bin_dir, self.host)
         if not images.BUSYBOX.is_file():
             found.append(f"{images.BUSYBOX}: not found (Debian: apt-get install busybox-static), the test image's binary")
-        if not self.processes.running(self.kubelet):
-            for port in (self.layout.kubelet_port, self.layout.healthz_port):
-                if port_in_use(port):
-                    found.append(f"port {port} is in use (TRAINYARD_KUBELET_PORT / TRAINYARD_KUBELET_HEALTHZ_PORT)")
+        if self.proxy is not None:
+            found += self.proxy.problems()
         if self.host.find("ip") is not None:
             clash = self._subnet_clash()
             if clash:
@@ -366,6 +368,8 @@ class RealNode:
             raise NodeError(f"containerd exited:\n{self.processes.log_tail(self.containerd)}")
         self._start_kubelet()
         self.wait_ready(ready_timeout)
+        if self.proxy is not None:
+            self.proxy.up()
 
     def _start_kubelet(self) -> None:
         layout, pki = self.layout, self.plane.pki
@@ -454,6 +458,8 @@ class RealNode:
         """What of this node still exists on the machine: processes, mounts, the bridge, cgroups (empty after down)."""
         own = [self.kubelet, self.containerd] + ([] if self._other_nodes_running() else ["registry"])
         found = [f"process {name} (pid {self.processes.pid(name)})" for name in own if self.processes.running(name)]
+        if self.proxy is not None:
+            found += self.proxy.leftovers()
         found += [f"process {pid}: {cmd}" for pid, cmd in self._processes_of_node()]
         found += [f"mount {m}" for m in self._mounts()]
         if self._ip("link", "show", self.layout.tag, check=False).returncode == 0:
@@ -496,6 +502,8 @@ class RealNode:
         """Stop the node; nothing of it keeps running or stays mounted, and its Node object is deleted."""
         if self.plane.api_ready() and self.processes.running(self.kubelet):
             self._delete_pods(grace)
+        if self.proxy is not None or (self.processes.pid("kube-proxy") is not None and not self._other_nodes_running()):
+            (self.proxy or ServiceProxy(self.settings, self.name, self.layout.pod_network)).down()
         self.processes.stop(self.kubelet)
         if self.processes.running(self.containerd):
             self._kill_containers()
