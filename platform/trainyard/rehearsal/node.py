@@ -15,6 +15,7 @@ The fake nodes (kwok) only move pods through their phases; a real node runs thei
   (``system:node:<name>`` in ``system:nodes``: the Node authorizer and NodeRestriction apply), a serving
   certificate for the node's address, webhook authentication and authorization, the cgroupfs driver under a
   cgroup root of its own, and every directory (root, pod logs, certificates) under the node's directory.
+- **kube-proxy** (``proxy=True`` on one node: ``rehearsal/proxy.py``), for every real node of this machine.
 
 ``RealNode.up`` first checks the machine (``prerequisites``) and starts nothing when something is missing.
 ``RealNode.down`` deletes the node's pods through the API (so the kubelet stops them and tears their network
