@@ -158,3 +158,18 @@ def test_without_cap_sys_resource_containerd_clamps_the_sandboxes_oom_score(tmp_
     node = layout(tmp_path)
     assert "restrict_oom_score_adj = true" in containerd_config(node, "p", "runc", restrict_oom_score_adj=True)
     assert "restrict_oom_score_adj = false" in containerd_config(node, "p", "runc")
+
+
+def test_cluster_down_stops_every_real_node_before_the_control_plane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``trainyard cluster down --purge`` deletes the state directory: no node may still have mounts in it."""
+    from trainyard.rehearsal import node as node_module
+    from trainyard.rehearsal import session
+
+    settings = Settings.from_env({"TRAINYARD_CLUSTER_DIR": str(tmp_path)})
+    for name in ("node-1", "node-0"):
+        (tmp_path / "nodes" / name).mkdir(parents=True)
+    stopped: list[str] = []
+    monkeypatch.setattr(node_module.RealNode, "down", lambda self, grace=60: stopped.append(self.name))
+    monkeypatch.setattr(node_module.Processes, "stop", lambda self, name, grace=10: stopped.append(name))
+    session.stop_everything(settings)
+    assert stopped[:2] == ["node-0", "node-1"] and stopped[-1] == "etcd"
