@@ -37,7 +37,7 @@ $(STAMP): pyproject.toml
 
 .PHONY: test
 test: setup lint typecheck helm barman-cloud-crd ## Lint, type-check and run every offline test tier (unit, conformance, program, policy, review, charts)
-	$(BIN)/pytest -q -m "not cluster and not registry and not dataplane and not lab and not promtool" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not cluster and not registry and not dataplane and not lab and not promtool and not node" $(PYTEST_ARGS)
 
 # The chart-truth tier renders the upstream charts with helm built from Go modules, so
 # `make test` builds it first (cached: instant when current; ~4 min cold on 2 cores).
@@ -134,6 +134,14 @@ rehearse: cluster-up ## Run scenarios (SCENARIOS=..., default all) on the rehear
 .PHONY: test-registry
 test-registry: setup ## The registry tier: `trainyard images lock` against a real OCI registry on loopback (crane)
 	$(BIN)/pytest -q -m registry tests/registry $(PYTEST_ARGS)
+
+.PHONY: node-tools
+node-tools: ## Build what a real node runs (tools/build.sh node: control plane, kubelet + kube-proxy, crane)
+	tools/build.sh -j $(TOOL_JOBS) node
+
+.PHONY: test-node
+test-node: setup node-tools ## The node tier (root): control plane + a real node (containerd, CNI bridge, kubelet); a pod from a locally built image
+	$(BIN)/pytest -q -s -m node tests/node $(PYTEST_ARGS)
 
 .PHONY: test-cluster
 test-cluster: setup ## The cluster tier: real kube-apiserver + etcd, real Pulumi engine and provider

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Build Trainyard's local platform tools from pinned Go wrapper modules.
 #
-#   tools/build.sh [-j N] [all|cluster|TOOL]...   TOOL: one of ALL_TOOLS below (--list prints them);
-#                  cluster: CLUSTER_TOOLS, what the rehearsal cluster and the cluster tier run
+#   tools/build.sh [-j N] [all|cluster|node|TOOL]...   TOOL: one of ALL_TOOLS or OPTIONAL_TOOLS below (--list prints them);
+#                  cluster: CLUSTER_TOOLS, what the rehearsal cluster and the cluster tier run;
+#                  node: NODE_TOOLS, what a real node (the node tier) runs
 #                  -j N (or TRAINYARD_BUILD_JOBS=N): build N tools at once, longest first; each
 #                  tool's output goes to TOOLS_DIR/logs/TOOL.log, shown whole if it fails
-#   tools/build.sh --check [all|cluster|TOOL]...   exit 0 iff those binaries (default: all) are present and current
+#   tools/build.sh --check [all|cluster|node|TOOL]...   exit 0 iff those binaries (default: all) are present and current
 #   tools/build.sh --list      print the tools and binaries
 #
 # Binaries go to ${TRAINYARD_TOOLS_DIR:-$HOME/.cache/trainyard/tools}/bin, outside
@@ -39,11 +40,18 @@ ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueu
 # Cold build cost, most first (CPU-seconds on a 2-core machine, docs/tools.md "Cold and warm"): the
 # order -j N starts them in. pulumi-kubernetes compiles one huge package on one core for ~15 min, so
 # with -j 2 the rest build beside it.
-BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs pulumi kueue trainer kwok promtool jobset helm etcd kind crane)
+BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kubelet pulumi kueue trainer kwok promtool jobset helm etcd kind crane)
 # What `trainyard cluster up`, `make up` and the cluster tier need (the control plane, the engine and its
 # provider, the controllers, kwok; crane for the destroy test's registry). CI builds these first, beside
 # `make test`, and the rest (seaweedfs, promtool, kind) beside the cluster tier (.ci/run).
 CLUSTER_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes kueue jobset trainer kwok crane)
+# What a real rehearsal node needs besides the control plane (docs/rehearsal.md "Real nodes"): the kubelet
+# and kube-proxy, and crane for the loopback registry its images are pulled from. containerd, runc and the
+# CNI plugins come from Debian (the node's prerequisites check names them).
+NODE_TOOLS=(etcd kube-apiserver kubelet crane)
+# Tools outside `all` (so `make tools` and CI's `tools/build.sh all` do not build them yet; docs/tools.md has
+# their cold and warm figures): built by name or by their group.
+OPTIONAL_TOOLS=(kubelet)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
@@ -118,6 +126,11 @@ tool_bins() {
       echo "kubectl k8s.io/kubernetes/cmd/kubectl"
       echo "kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler"
       ;;
+    # The node binaries of the same release, from their own wrapper (tools/kubelet/gen-gomod.sh).
+    kubelet)
+      echo "kubelet k8s.io/kubernetes/cmd/kubelet"
+      echo "kube-proxy k8s.io/kubernetes/cmd/kube-proxy"
+      ;;
     pulumi)
       echo "pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi"
       echo "pulumi-language-python ./cmd/pulumi-language-python"
@@ -139,7 +152,7 @@ tool_bins() {
       echo "kind-config-check ./pkg/cmd/trainyard-kind-config-check"
       ;;
     barman-cloud-crd) ;;   # no binary: only the CRD, copied to share/ (post_build)
-    *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]})" >&2; return 2 ;;
+    *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]} ${OPTIONAL_TOOLS[*]})" >&2; return 2 ;;
   esac
 }
 
@@ -153,7 +166,7 @@ tool_extra_files() {
 tool_ldflags() {
   local x=""
   case "$1" in
-    kube-apiserver)
+    kube-apiserver|kubelet)
       local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
       for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         x+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
@@ -254,6 +267,7 @@ tool_current() {
   while read -r b _; do [[ -x "$BIN_DIR/$b" ]] || return 1; done < <(tool_bins "$t")
   for b in $(tool_extra_files "$t"); do [[ -x "$BIN_DIR/$b" ]] || return 1; done
   [[ -z "$(tool_module "$t")" || -f "$SHARE_DIR/$t/VERSION" ]] || return 1
+  [[ "$t" != kubelet || -s "$SHARE_DIR/$t/pause/pause.c" ]] || return 1
   [[ "$t" != barman-cloud-crd || "$(git_blob_sha "$SHARE_DIR/$t/$BARMAN_CLOUD_CRD")" == "$BARMAN_CLOUD_CRD_BLOB" ]] || return 1
   return 0
 }
@@ -340,6 +354,16 @@ post_build() {
       # components/generated.py). Lost once in a merge: a warm tools cache still had it, a cold build did not.
       install -m 0755 "$sdk/python/dist/pulumi-resource-pulumi-python" "$BIN_DIR/pulumi-resource-pulumi-python"
       ;;
+    kubelet)
+      # The pause (sandbox) container's source of the same release, verified with the module (go.sum): the
+      # real node builds its sandbox image from it (trainyard.rehearsal.images; build/pause/Makefile's TAG
+      # is the image's version).
+      local k8s; k8s="$(cd "$dir" && "$GO" list -mod=readonly -m -f '{{.Dir}}' k8s.io/kubernetes)"
+      rm -rf "${SHARE_DIR:?}/$t"; mkdir -p "$SHARE_DIR/$t/pause"
+      install -m 0644 "$k8s/build/pause/linux/pause.c" "$SHARE_DIR/$t/pause/pause.c"
+      sed -n 's/^TAG ?= //p' "$k8s/build/pause/Makefile" > "$SHARE_DIR/$t/pause/TAG"
+      echo "k8s.io/kubernetes@$K8S_VERSION" > "$SHARE_DIR/$t/VERSION"
+      ;;
     barman-cloud-crd)
       # The file trainyard.schemas reads ($TRAINYARD_BARMAN_CLOUD_CRD overrides), checked against the pin,
       # and where it came from: module version, its go.sum hash and the file's git blob SHA.
@@ -391,10 +415,11 @@ main() {
       -j) next_is_jobs=1 ;;
       -j[0-9]*) jobs="${a#-j}" ;;
       --check) check=1 ;;
-      --list) for t in "${ALL_TOOLS[@]}"; do echo "$t: $(tool_bins "$t" | cut -d' ' -f1 | tr '\n' ' ')$(tool_extra_files "$t")"; done; return 0 ;;
+      --list) for t in "${ALL_TOOLS[@]}" "${OPTIONAL_TOOLS[@]}"; do echo "$t: $(tool_bins "$t" | cut -d' ' -f1 | tr '\n' ' ')$(tool_extra_files "$t")"; done; return 0 ;;
       -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; return 0 ;;
       all) tools+=("${ALL_TOOLS[@]}") ;;
       cluster) tools+=("${CLUSTER_TOOLS[@]}") ;;
+      node) tools+=("${NODE_TOOLS[@]}") ;;
       *) tool_bins "$a" >/dev/null; tools+=("$a") ;;
     esac
   done

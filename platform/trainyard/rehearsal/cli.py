@@ -16,6 +16,7 @@ from trainyard.config.load import project_root
 from trainyard.project import open_stack
 from trainyard.rehearsal.cluster import ControlPlane
 from trainyard.rehearsal.kube import KubeError
+from trainyard.rehearsal.prerequisites import PrerequisiteError
 from trainyard.rehearsal.processes import Processes
 from trainyard.rehearsal.scenario import Job, ScenarioError, load_scenario, scenario_path
 from trainyard.rehearsal.session import Rehearsal, stop_everything
@@ -29,12 +30,8 @@ def _rehearsal(stack: str) -> Rehearsal:
 def _cmd_cluster(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     try:
-        if args.action == "env":
-            for name, value in settings.env().items():
-                print(f"export {name}={value}")
-            return EXIT_OK
-        if args.action == "status":
-            return _status(settings)
+        if args.action in {"env", "status"}:
+            return _env(settings) if args.action == "env" else _status(settings)
         if args.action == "down":
             stack_marker = settings.state_dir / "stack"
             if stack_marker.exists() and ControlPlane(settings).api_ready():
@@ -46,16 +43,42 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
 
                     shutil.rmtree(settings.state_dir, ignore_errors=True)
             return EXIT_OK
+        if args.action in {"node-up", "node-down"}:
+            return _real_node(settings, args.action, args.node, args.proxy)
         rehearsal = _rehearsal(args.stack or "local")
         if args.action == "up":
             rehearsal.up()
             return EXIT_OK
         if args.action in {"smoke", "kubeconfig"}:
             return _smoke(rehearsal) if args.action == "smoke" else _tenant_kubeconfig(rehearsal, args.tenant)
-    except (ClusterError, KubeError, TimeoutError) as exc:
+    except (ClusterError, KubeError, TimeoutError, PrerequisiteError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     raise UsageError(f"unknown action {args.action}")
+
+
+def _env(settings: Settings) -> int:
+    for name, value in settings.env().items():
+        print(f"export {name}={value}")
+    return EXIT_OK
+
+
+def _real_node(settings: Settings, action: str, name: str, proxy: bool) -> int:
+    """A real node (containerd + CNI bridge + kubelet) beside the running control plane: docs/rehearsal.md "Real nodes"."""
+    from trainyard.rehearsal.node import RealNode, real_node_names
+
+    names = real_node_names(settings)
+    index = names.index(name) if name in names else len(names)
+    node = RealNode(settings, name, index, proxy=proxy)
+    if action == "node-down":
+        node.down()
+        left = node.leftovers()
+        for item in left:
+            print(f"    left: {item}", file=sys.stderr)
+        return EXIT_VIOLATIONS if left else EXIT_OK
+    node.up()
+    print(node.plane.kube().run("get", "node", name, "-o", "wide").stdout, end="")
+    return EXIT_OK
 
 
 def _tenant_kubeconfig(rehearsal: Rehearsal, tenant: str | None) -> int:
@@ -72,6 +95,11 @@ def _status(settings: Settings) -> int:
     for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "jobset", "trainer", "kueue"):
         running = processes.running(name)
         print(f"{name}: {f'running (pid {processes.pid(name)})' if running else 'stopped'}")
+    from trainyard.rehearsal.node import real_node_names
+
+    for node in real_node_names(settings):
+        for name in (f"containerd-{node}", f"kubelet-{node}"):
+            print(f"{name}: {f'running (pid {processes.pid(name)})' if processes.running(name) else 'stopped'}")
     if plane.api_ready():
         print(f"apiserver: ready at {plane.server}")
     else:
@@ -191,13 +219,17 @@ def _cmd_kind(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     help_text = "the rehearsal cluster: control plane, real Kueue/JobSet/Trainer, kwok and fake GPU nodes on 127.0.0.1"
     cluster = subparsers.add_parser("cluster", help=help_text, description=help_text)
-    cluster.add_argument("action", choices=["up", "down", "status", "env", "smoke", "kubeconfig"],
+    cluster.add_argument("action", choices=["up", "down", "status", "env", "smoke", "kubeconfig", "node-up", "node-down"],
                          help="up: start (idempotent); down: stop (webhooks removed first); status; env: variables; "
                          "smoke: one TrainJob per tenant, admitted, placed on its pool and completed; "
-                         "kubeconfig --tenant T: print the path of a kubeconfig of a member of tenant T")
+                         "kubeconfig --tenant T: print the path of a kubeconfig of a member of tenant T; "
+                         "node-up/node-down [--node NAME]: a real node (containerd, CNI bridge, kubelet; root) beside the "
+                         "running control plane, and its clean stop")
     cluster.add_argument("stack", metavar="STACK", nargs="?", help="stack whose pools and Kueue settings to use (default local)")
     cluster.add_argument("--purge", action="store_true", help="down: also delete the cluster's state directory")
     cluster.add_argument("--tenant", metavar="NAME", help="kubeconfig: the tenant (a client certificate in its groups)")
+    cluster.add_argument("--node", metavar="NAME", default="node-0", help="node-up/node-down: the real node's name")
+    cluster.add_argument("--proxy", action="store_true", help="node-up: also run kube-proxy (nftables; one per machine)")
     cluster.set_defaults(func=_cmd_cluster)
 
     help_text = ("write a kind cluster configuration and the stack's kind overlay (controllers from their charts, "

@@ -85,7 +85,12 @@ class ControlPlane:
             "--service-cluster-ip-range", SERVICE_CIDR, "--authorization-mode", "Node,RBAC",
             "--enable-admission-plugins", "NamespaceLifecycle,ServiceAccount,NodeRestriction,ValidatingAdmissionPolicy,"
             "ValidatingAdmissionWebhook,MutatingAdmissionWebhook,ResourceQuota,LimitRanger",
-            "--allow-privileged=true", "--endpoint-reconciler-type", "none", "--profiling=false", "--v=1"],
+            "--allow-privileged=true", "--endpoint-reconciler-type", "none", "--profiling=false", "--v=1",
+            # Real nodes (rehearsal/node.py): reach a kubelet at its InternalIP (its Hostname, the node name, is
+            # in no DNS here) with a client certificate the kubelet accepts.
+            "--kubelet-preferred-address-types", "InternalIP",
+            "--kubelet-client-certificate", str(pki("apiserver-kubelet-client.crt")),
+            "--kubelet-client-key", str(pki("apiserver-kubelet-client.key"))],
             self.api_ready, self.settings.ready_timeout,
             # Webhook calls go to 127.0.0.1 directly, never through a proxy a developer's shell may set.
             env={"NO_PROXY": HOST, "no_proxy": HOST})

@@ -31,6 +31,9 @@ class Pki:
         self._issue("admin", "/O=system:masters/CN=trainyard-admin")
         self._issue("kcm", "/CN=system:kube-controller-manager")
         self._issue("scheduler", "/CN=system:kube-scheduler")
+        # What the API server shows a kubelet (logs, exec): the kubelet authorizes it by webhook, and
+        # system:masters may do anything. Ref: kubernetes.io/docs/reference/access-authn-authz/kubelet-authn-authz/
+        self._issue("apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client")
         # The controllers' webhook servers: one serving certificate for 127.0.0.1, as envtest does.
         self._issue("webhook", "/CN=trainyard-rehearsal-webhooks", server=f"IP:{HOST},DNS:localhost")
         if not self.path("sa.key").exists():
@@ -47,6 +50,11 @@ class Pki:
             if not value or any(c in value for c in "/=+,\\\n"):
                 raise ClusterError(f"{value!r} cannot be put in a certificate subject")
         self._issue(name, "".join(f"/O={g}" for g in groups) + f"/CN={user}")
+        self.path(f"{name}.key").chmod(0o600)
+
+    def issue_server(self, name: str, subject: str, names: str) -> None:
+        """A serving certificate for ``names`` (``IP:...,DNS:...``), e.g. a real node's kubelet."""
+        self._issue(name, subject, server=names)
         self.path(f"{name}.key").chmod(0o600)
 
     def _issue(self, name: str, subject: str, server: str | None = None) -> None:

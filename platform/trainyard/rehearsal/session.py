@@ -348,6 +348,11 @@ class Rehearsal:
 
 def stop_everything(settings: Settings) -> None:
     """Stop every process of the cluster by its pid file (the order matters only for the webhooks, removed before)."""
+    from trainyard.rehearsal.node import stop_real_nodes
+
+    # Real nodes first, while the API server still answers (their pods are deleted through it): nothing of
+    # them may be left mounted under the state directory that --purge deletes next.
+    stop_real_nodes(settings)
     processes = Processes(settings)
     for name in ("kueue", "trainer", "jobset", "kwok", *reversed(CONTROL_PLANE)):
         processes.stop(name)
