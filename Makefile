@@ -139,8 +139,15 @@ test-registry: setup ## The registry tier: `trainyard images lock` against a rea
 node-tools: ## Build what a real node runs (tools/build.sh node: control plane, kubelet + kube-proxy, crane)
 	tools/build.sh -j $(TOOL_JOBS) node
 
+# What a real node runs that comes from Debian (docs/rehearsal.md, "Real nodes"); installed only where missing.
+NODE_PACKAGES := containerd runc containernetworking-plugins busybox-static gcc libc6-dev binutils iproute2 nftables
+.PHONY: node-packages
+node-packages: ## Install the Debian packages a real node needs (containerd, runc, CNI plugins, busybox-static, gcc), where missing
+	@missing=$$(for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then echo "installing $$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
+
 .PHONY: test-node
-test-node: setup node-tools ## The node tier (root): control plane + a real node (containerd, CNI bridge, kubelet); a pod from a locally built image
+test-node: setup node-tools node-packages ## The node tier (root): control plane + a real node (containerd, CNI bridge, kubelet); a pod from a locally built image
 	$(BIN)/pytest -q -s -m node tests/node $(PYTEST_ARGS)
 
 .PHONY: test-cluster
