@@ -186,10 +186,12 @@ def shown(values: dict[str, Fraction]) -> str:
     return " ".join(f"{k}={one(v) if k != 'memory' else f'{float(v) / 2**30:g}Gi'}" for k, v in sorted(short.items()))
 
 
-def node_pools(session: Rehearsal, outcome: Outcome) -> set[str]:
+def node_pools(session: Rehearsal, outcome: Outcome, training_only: bool = False) -> set[str]:
+    """The pools the job's pods ran on; ``training_only``: only pods with a ``node`` container (not initializers)."""
     nodes = {n["metadata"]["name"]: n for n in session.kube.items("nodes", None)}
     return {nodes.get(p["spec"].get("nodeName") or "", {}).get("metadata", {}).get("labels", {}).get(POOL_LABEL, "-")
-            for p in outcome.pods}
+            for p in outcome.pods
+            if not training_only or any(c["name"] == "node" for c in p["spec"]["containers"])}
 
 
 def state(outcome: Outcome) -> str:
@@ -256,7 +258,7 @@ def judged(session: Rehearsal, outcome: Outcome, what: str, note: str) -> list[s
     accelerators = {k for k in quantities(completed.requests) if "/" in k}
     advertised = {n["metadata"]["labels"].get(POOL_LABEL): set(n["status"]["allocatable"])
                   for n in session.kube.items("nodes", None) if POOL_LABEL in n["metadata"].get("labels", {})}
-    for pool in node_pools(session, outcome):
+    for pool in node_pools(session, outcome, training_only=True):
         if not accelerators <= advertised.get(pool, set()):
             wrong.append(f"{label}: pods on pool {pool}, which does not advertise {sorted(accelerators)}")
     return wrong
