@@ -128,3 +128,21 @@ def cases(runtimes: tuple[str, ...] = RUNTIMES, pools: tuple[str, ...] = tuple(P
         for runtime in runtimes:
             for shape in SHAPES:
                 yield Case(pool, shape, runtime, resource, per_node)
+
+
+def expected(case: Case, runtimes: list[dict[str, Any]], flavors: list[Any]) -> tuple[Any, int | None, list[str]]:
+    """What the rules (``trainjob_resources``) say of ``case``: the completed resourcesPerNode (None without one),
+    the numProcPerNode the mutating policy leaves, and the refusals, for the rendered ``runtimes`` and the
+    namespace's ``flavors``."""
+    from trainyard.manifests import trainjob_resources as tr
+
+    shape = tr.runtime_shapes(runtimes)[case.runtime]
+    given = case.resources_per_node()
+    completed = None if given is None else tr.complete(
+        shape.resources, tr.NodeResources(given.get("requests", {}), given.get("limits", {})))
+    num_proc = case.shape.num_proc_per_node
+    if given is not None and num_proc is None and shape.torch:
+        mig = sorted(k for k in {*given.get("requests", {}), *given.get("limits", {})} if k.startswith("nvidia.com/mig-"))
+        if len(mig) == 1:
+            num_proc = int(given.get("requests", {}).get(mig[0]) or given["limits"][mig[0]])
+    return completed, num_proc, list(tr.refusals(completed or shape.resources, flavors, shape.torch, num_proc))

@@ -210,15 +210,13 @@ def state(outcome: Outcome) -> str:
 
 
 def expectation(case: job_shapes.Case, session: Rehearsal) -> tuple[Any, list[str]]:
+    """The completed resources (the runtime's where the job gives none) and the refusals, from the live runtimes."""
     from trainyard.manifests import trainjob_resources as tr
 
-    shape = tr.runtime_shapes(session.kube.items("clustertrainingruntimes.trainer.kubeflow.org", None))[case.runtime]
-    given = case.resources_per_node()
-    completed = shape.resources if given is None else tr.complete(shape.resources, tr.NodeResources(
-        {k: str(v) for k, v in given.get("requests", {}).items()}, {k: str(v) for k, v in given.get("limits", {}).items()}))
-    num_proc = case.shape.num_proc_per_node
-    flavors_of = tr.tenant_flavors(session.config)[session.namespace_of(TENANT)]
-    return completed, list(tr.refusals(completed, flavors_of, shape.torch, num_proc))
+    runtimes = session.kube.items("clustertrainingruntimes.trainer.kubeflow.org", None)
+    flavors = tr.tenant_flavors(session.config)[session.namespace_of(TENANT)]
+    completed, _, refused = job_shapes.expected(case, runtimes, flavors)
+    return (completed if completed is not None else tr.runtime_shapes(runtimes)[case.runtime].resources), refused
 
 
 def training_pods(session: Rehearsal, case: job_shapes.Case) -> int:

@@ -23,7 +23,6 @@ from tests.conftest import ROOT, rendered
 from trainyard import catalog
 from trainyard.manifests import trainjob_resources as tr
 from trainyard.manifests.meta import TENANT_LABEL
-from trainyard.manifests.trainjob_resources import NodeResources
 from trainyard.rehearsal.kube import wait_until
 from trainyard.rehearsal.stack import write_rehearsal_stack
 
@@ -71,19 +70,9 @@ def dry_run(cluster: Cluster, obj: dict[str, Any]) -> subprocess.CompletedProces
 
 
 def expected(case: job_shapes.Case, config: Any) -> tuple[dict[str, Any] | None, int | None, list[str]]:
-    shape = tr.runtime_shapes(rendered("local").concern("runtimes").objects)[case.runtime]
-    given = case.resources_per_node()
-    completed = None if given is None else tr.complete(
-        shape.resources, NodeResources({k: str(v) for k, v in given.get("requests", {}).items()},
-                                       {k: str(v) for k, v in given.get("limits", {}).items()}))
-    num_proc = case.shape.num_proc_per_node
-    if given is not None and num_proc is None and shape.torch:
-        mig = sorted(k for k in {*given.get("requests", {}), *given.get("limits", {})} if k.startswith("nvidia.com/mig-"))
-        if len(mig) == 1:
-            num_proc = int(given.get("requests", {}).get(mig[0]) or given["limits"][mig[0]])
     flavors = tr.tenant_flavors(config)[job_shapes.TENANT_NAMESPACE]
-    refused = list(tr.refusals(completed or shape.resources, flavors, shape.torch, num_proc))
-    return (completed.as_manifest() if completed else None), num_proc, refused
+    completed, num_proc, refused = job_shapes.expected(case, list(rendered("local").concern("runtimes").objects), flavors)
+    return (as_strings(completed.as_manifest()) if completed else None), num_proc, refused
 
 
 def as_strings(resources: dict[str, Any]) -> dict[str, Any]:

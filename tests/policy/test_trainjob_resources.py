@@ -165,17 +165,8 @@ def denials(policy: dict[str, Any], obj: dict[str, Any]) -> list[str]:
 
 
 def expected(case: job_shapes.Case, config: Any) -> tuple[NodeResources | None, int | None, list[str]]:
-    shape = tr.runtime_shapes(rendered("local").concern("runtimes").objects)[case.runtime]
-    given = case.resources_per_node()
-    completed = (tr.complete(shape.resources, NodeResources(given.get("requests", {}), given.get("limits", {})))
-                 if given is not None else None)
-    num_proc = case.shape.num_proc_per_node
-    if completed is not None and num_proc is None and shape.torch:
-        mig = [k for k in {*given.get("requests", {}), *given.get("limits", {})} if k.startswith("nvidia.com/mig-")]
-        if len(mig) == 1:
-            num_proc = int(given.get("requests", {}).get(mig[0]) or given["limits"][mig[0]])
     flavors = tr.tenant_flavors(config)[job_shapes.TENANT_NAMESPACE]
-    return completed, num_proc, list(tr.refusals(completed or shape.resources, flavors, shape.torch, num_proc))
+    return job_shapes.expected(case, list(rendered("local").concern("runtimes").objects), flavors)
 
 
 @pytest.mark.parametrize("case", list(job_shapes.cases()), ids=lambda c: c.id)
