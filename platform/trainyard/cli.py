@@ -187,7 +187,7 @@ def _print_json_error(errors: list[dict[str, Any]]) -> None:
 
 
 EXTENSIONS = ("trainyard.policy.cli", "trainyard.review.cli", "trainyard.review.charts_cli", "trainyard.supply.cli",
-              "trainyard.rehearsal.cli", "trainyard.serving.cli")
+              "trainyard.rehearsal.cli", "trainyard.serving.cli", "trainyard.deploy.cli")
 # Which extension registers each of their commands (a unit test holds this to what they register).
 EXTENSION_OF = {
     "check": "trainyard.policy.cli", "policy-config": "trainyard.policy.cli",
@@ -196,6 +196,7 @@ EXTENSION_OF = {
     "bom": "trainyard.supply.cli", "images": "trainyard.supply.cli",
     "cluster": "trainyard.rehearsal.cli", "kind": "trainyard.rehearsal.cli", "rehearse": "trainyard.rehearsal.cli",
     "promote": "trainyard.serving.cli",
+    "stack": "trainyard.deploy.cli",
 }
 
 

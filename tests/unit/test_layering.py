@@ -49,10 +49,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("policy", ("trainyard.policy", "trainyard.supply.chart_images")),
     ("review", ("trainyard.review",)),
     # Workflows over a rendered stack: the bill of materials and image lock, promotion, the rehearsal.
-    ("workflows", ("trainyard.supply", "trainyard.serving", "trainyard.rehearsal")),
+    # Deploying to a site's own backend and cluster (deploy).
+    ("workflows", ("trainyard.supply", "trainyard.serving", "trainyard.rehearsal", "trainyard.deploy")),
     # The command line: `trainyard` and the extension modules that register its subcommands.
     ("cli", ("trainyard.cli", "trainyard.policy.cli", "trainyard.review.cli", "trainyard.review.charts_cli",
-             "trainyard.supply.cli", "trainyard.serving.cli", "trainyard.rehearsal.cli")),
+             "trainyard.supply.cli", "trainyard.serving.cli", "trainyard.rehearsal.cli",
+             "trainyard.deploy.cli")),
 )
 
 FORBIDDEN_FOR_CONFIG = (
