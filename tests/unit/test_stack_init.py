@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import CRDS_DIR, ROOT, needs_crds
 from trainyard.deploy.stack_init import (
     DeployError,
     check_backend,
@@ -27,6 +27,7 @@ from trainyard.deploy.stack_init import (
 from trainyard.project import open_stack
 
 TRAINYARD = Path(sys.executable).parent / "trainyard"
+pytestmark = needs_crds  # the image-lock finding renders the stack
 
 # `pulumi` as far as stack init uses it: `version`, `plugin ls`, `stack ls`, `stack init` (rewriting the file as
 # Pulumi does, plus $FAKE_EXTRA, a YAML fragment merged in to simulate a rewrite that changes more), `config`.
@@ -82,7 +83,7 @@ def environ(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         {"name": "trainyard-local", "context": {"cluster": "c", "user": "u"}},
         {"name": "other", "context": {"cluster": "c", "user": "u"}}]}))
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "KUBECONFIG": str(kubeconfig), "HOME": str(tmp_path),
-           "FAKE_STATE": str(tmp_path / "fake-state.json")}
+           "FAKE_STATE": str(tmp_path / "fake-state.json"), "TRAINYARD_CRDS_DIR": str(CRDS_DIR)}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return env
@@ -157,3 +158,12 @@ def test_the_command_exits_2_with_each_finding_and_its_fix(project: Path, enviro
     assert "ERROR   backend: ftp://x: not a backend Pulumi opens" in result.stdout
     assert "ok      kubeconfig context: trainyard-local" in result.stdout
     assert "Traceback" not in result.stderr
+
+
+def test_preflight_asks_the_image_gate_the_program_applies() -> None:
+    from trainyard.deploy.stack_init import check_image_lock
+
+    prod = check_image_lock(open_stack("prod", ROOT))  # protects data; its lock still has placeholders
+    assert prod.level == "error" and "trainyard images lock prod" in prod.fix
+    local = check_image_lock(open_stack("local", ROOT))  # deploys by tag: a warning, not a refusal
+    assert local.level in ("warning", "ok")

@@ -13,7 +13,8 @@ not secret (the data key is wrapped by the KMS key; Ref: https://www.pulumi.com/
 Preflight checks, each with its fix: the Pulumi CLI and the Kubernetes provider plugin at the version
 the program's SDK was generated for; the stack's kubeconfig context exists; the backend and secrets
 provider URLs are of a kind Pulumi opens, and fit the stack (a stack that protects data keeps its state
-off a single machine's disk and its secrets behind a key service, not a passphrase).
+off a single machine's disk and its secrets behind a key service, not a passphrase); and the image lock
+holds a registry-reported digest for every image, which the program itself demands of such a stack.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import yaml
 
 from trainyard.config.sections import ClusterAccess
 from trainyard.project import Stack
+from trainyard.supply.gate import unlocked_images
 
 # Ref: https://www.pulumi.com/docs/iac/concepts/secrets/#available-encryption-providers
 KEY_SERVICE_PROVIDERS = {
@@ -204,6 +206,21 @@ def check_plugin(environ: Mapping[str, str]) -> Finding:
     return Finding("kubernetes plugin", "error", f"kubernetes v{want} is not installed{have}", install)
 
 
+def check_image_lock(stack: Stack) -> Finding:
+    """The program's own gate, asked before the engine starts: a stack that protects data deploys only locked images."""
+    found = unlocked_images(stack)
+    errors = [p for p in found if p.error]
+    if errors:
+        shown = "; ".join(p.message for p in errors[:3]) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")
+        return Finding("image lock", "error", f"{len(errors)} images without a registry-reported digest: {shown}",
+                       f"mirror what `trainyard bom {stack.name} --format sync` lists, then `trainyard images lock "
+                       f"{stack.name}` (docs/supply-chain.md); `pulumi up` refuses until then")
+    if found:
+        return Finding("image lock", "warning", f"{len(found)} images without a registry-reported digest (the stack "
+                       "does not protect data, so it deploys them by tag)", f"trainyard images lock {stack.name}")
+    return Finding("image lock", "ok", "every image of the bill of materials has a registry-reported digest")
+
+
 @dataclass(frozen=True)
 class Preflight:
     findings: tuple[Finding, ...]
@@ -225,6 +242,7 @@ def preflight(stack: Stack, backend: str | None, secrets_provider: str | None,
         check_context(stack.config.cluster, environ, stack.path.parent),
         check_backend(backend, protect),
         check_secrets_provider(secrets_provider, protect),
+        check_image_lock(stack),
     ))
 
 
