@@ -3,19 +3,32 @@
 ``supply.chart_images.TEMPLATE_IMAGES`` reads each chart's image lines by hand; here every
 release of every stack is rendered with helm and Trainyard's values, and both lists must agree.
 With the renderer plugged in, the BOM takes the chart images from the rendering itself.
+
+On the stacks that protect data, every image reference helm renders (pod images, and the image strings
+in operand fields, env vars, arguments and config: ``supply.image_scan``) must carry the image lock's
+digest, and the gate's check (``supply.gate.unpinned_images``) must name one whose pin is dropped.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.charts.conftest import Renderers
 from tests.conftest import ROOT, STACKS, rendered, stack
+from trainyard.manifests import image_lock
+from trainyard.manifests.chart_release import ChartRelease
 from trainyard.supply.bom import build_bom, uncovered
 from trainyard.supply.chart_images import chart_images, rendered_images
-from trainyard.supply.image_scan import objects_images
+from trainyard.supply.gate import unpinned_images
+from trainyard.supply.image_scan import FoundImage, objects_images
+from trainyard.supply.lock import ImageLock
+from trainyard.supply.reference import ImageRef
 
 DATA_CACHE = str(ROOT / "tests" / "fixtures" / "stacks" / "Pulumi.data-cache.yaml")
 FIXTURES = sorted(str(p) for p in (ROOT / "tests" / "fixtures" / "stacks").glob("Pulumi.*.yaml"))
@@ -47,3 +60,80 @@ def test_every_image_helm_renders_is_in_the_bill_of_materials(name: str, rendere
              for image in objects_images(renderers(name).render(release).objects, f"chart:{release.name} ")]
     missing = [f"{image.reference} (at {image.where})" for image in uncovered(bom, found)]
     assert not missing, "images helm renders but the bill of materials lacks:\n  " + "\n  ".join(missing)
+
+
+PROTECTING = ("prod", "staging")
+PINNED = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
+def _helm_images(renderers: Renderers, name: str, release: ChartRelease) -> list[FoundImage]:
+    return objects_images(renderers(name).render(release).objects, f"chart:{release.name} ")
+
+
+def _not_pinned_by_the_lock(lock: ImageLock, found: list[FoundImage]) -> list[str]:
+    """Each reference that is not ``...@sha256:<64 hex>`` with the lock's digest, where the lock has the image."""
+    wrong = []
+    for image in found:
+        ref = ImageRef.parse(image.reference)
+        entry = lock.entry(ref) if ref.tag else None
+        if entry is None:
+            if ref.digest is None:
+                wrong.append(f"{image.reference} (at {image.where}): no digest and no lock entry")
+        elif not PINNED.search(image.reference) or ref.digest != entry.digest:
+            wrong.append(f"{image.reference} (at {image.where}): the lock has {entry.digest}")
+    return wrong
+
+
+@pytest.mark.parametrize("name", PROTECTING)
+def test_every_image_helm_renders_on_a_data_protecting_stack_carries_the_locks_digest(name: str,
+                                                                                      renderers: Renderers) -> None:
+    lock = image_lock(stack(name).config, ROOT)
+    releases = [r for r in rendered(name).releases if not r.external]
+    found = {r.name: _helm_images(renderers, name, r) for r in releases}
+    assert all(found.values()), f"a chart renders no image: {[n for n, f in found.items() if not f]}"
+    everything = [image for images in found.values() for image in images]
+    wrong = _not_pinned_by_the_lock(lock, everything)
+    assert not wrong, "images helm renders without the lock's digest:\n  " + "\n  ".join(wrong)
+    assert unpinned_images(lock, everything, protect_data=True) == []
+
+
+def _without(values: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """``values`` with the leaf at ``path`` replaced by ``value`` (removed where ``value`` is None)."""
+    out = copy.deepcopy(values)
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    if value is None:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return out
+
+
+@pytest.mark.parametrize(("release_name", "path", "value", "image", "where"), [
+    # The chart's own digest value dropped: cert-manager renders ":<tag>" alone.
+    ("cert-manager", ("webhook", "image", "digest"), None, "jetstack/cert-manager-webhook:v1.21.1",
+     "Deployment/cert-manager/cert-manager-webhook.spec.template.spec.containers[0].image"),
+    ("mlflow", ("image", "digest"), None, "burakince/mlflow:3.15.1",
+     "Deployment/mlflow.spec.template.spec.containers[0].image"),
+    # "<tag>@<digest>" back to the tag: an operand the operator pulls, named only in its ClusterPolicy.
+    ("gpu-operator", ("toolkit", "version"), "v1.20.0", "nvidia/k8s/container-toolkit:v1.20.0",
+     "ClusterPolicy/cluster-policy.spec.toolkit"),
+    # An image in a controller's config: KServe's inferenceservice-config and its ClusterStorageContainer.
+    ("kserve", ("kserve", "storage", "tag"), "v0.20.0", "kserve/storage-initializer:v0.20.0",
+     "ClusterStorageContainer/default.spec.container.image"),
+])
+def test_a_dropped_pin_in_helms_output_is_named_with_its_field(renderers: Renderers, release_name: str,
+                                                               path: tuple[str, ...], value: Any, image: str,
+                                                               where: str) -> None:
+    lock = image_lock(stack("prod").config, ROOT)
+    release = next(r for r in rendered("prod").releases if r.name == release_name)
+    dropped = dataclasses.replace(release, values=_without(release.values, path, value))
+    found = _helm_images(renderers, "prod", dropped)
+    reference = f"registry.trainyard.internal/mirror/{image}"
+    wrong = _not_pinned_by_the_lock(lock, found)
+    assert wrong and all(w.startswith(f"{reference} (at chart:{release_name} ") for w in wrong), wrong
+    assert f"{reference} (at chart:{release_name} {where}): the lock has {lock.entries[reference].digest}" in wrong
+    problems = unpinned_images(lock, found, protect_data=True)
+    assert [(p.reference, p.error) for p in problems] == [(reference, True)]
+    assert f"images.lock.yaml: {reference} holds {lock.entries[reference].digest}" in problems[0].message

@@ -18,10 +18,17 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, rendered
+from trainyard.supply.lock import load_lock
 
 CHARTS = Path(os.environ.get("TRAINYARD_CHARTS_DIR") or ROOT.parent / "shared" / "charts")
 HELM = Path(os.environ.get("TRAINYARD_TOOLS_DIR") or Path.home() / ".cache" / "trainyard" / "tools") / "bin" / "helm"
 MIRROR = "registry.trainyard.internal/mirror/"
+LOCK = load_lock(ROOT / "images.lock.yaml")
+
+
+def pinned(reference: str) -> str:
+    """``reference`` as prod pulls it: with the image lock's digest."""
+    return f"{reference}@{LOCK.entries[reference].digest}"
 
 
 def helm_template(release_name: str, tmp_path: Path) -> list[dict[str, Any]]:
@@ -56,8 +63,9 @@ def test_kserve_renders_in_standard_mode_with_ingress_off_and_mirror_images(tmp_
     print("deploy:", deploy, "| disableIngressCreation:", ingress["disableIngressCreation"], "| images:", sorted(images(docs)))
     assert deploy == {"defaultDeploymentMode": "Standard"}
     assert ingress["disableIngressCreation"] is True and ingress["enableGatewayApi"] is False
-    assert images(docs) == {f"{MIRROR}kserve/kserve-controller:v0.20.0", f"{MIRROR}brancz/kube-rbac-proxy:v0.18.0"}
-    assert storage["image"] == f"{MIRROR}kserve/storage-initializer:v0.20.0"
+    assert images(docs) == {pinned(f"{MIRROR}kserve/kserve-controller:v0.20.0"),
+                            pinned(f"{MIRROR}brancz/kube-rbac-proxy:v0.18.0")}
+    assert storage["image"] == pinned(f"{MIRROR}kserve/storage-initializer:v0.20.0")
     assert json.loads(config["data"]["security"]) == {"autoMountServiceAccountToken": False}
     assert (credentials["s3"]["s3AccessKeyIDName"], credentials["s3"]["s3SecretAccessKeyName"]) == (
         "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
@@ -69,7 +77,10 @@ def test_kserve_renders_in_standard_mode_with_ingress_off_and_mirror_images(tmp_
 def test_cert_manager_renders_without_crds_or_hook_jobs_with_mirror_images(tmp_path: Path) -> None:
     docs = helm_template("cert-manager", tmp_path)
     print("kinds:", sorted({d["kind"] for d in docs}), "| images:", sorted(images(docs)))
-    assert images(docs) == {f"{MIRROR}jetstack/cert-manager-{c}:v1.21.1" for c in ("controller", "webhook", "cainjector")}
+    assert images(docs) == {pinned(f"{MIRROR}jetstack/cert-manager-{c}:v1.21.1") for c in ("controller", "webhook", "cainjector")}
+    controller = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "cert-manager")
+    args = controller["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--acme-http01-solver-image={pinned(MIRROR + 'jetstack/cert-manager-acmesolver:v1.21.1')}" in args
     assert not [d for d in docs if d["kind"] in ("CustomResourceDefinition", "Job")]
     leases = {d["metadata"]["namespace"] for d in docs if d["kind"] == "Role" and "leaderelection" in d["metadata"]["name"]}
     assert leases == {"cert-manager"}

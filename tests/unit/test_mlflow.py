@@ -5,12 +5,16 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from tests.conftest import rendered, stack
+from tests.conftest import ROOT, rendered, stack
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests import generated
 from trainyard.manifests import mlflow as mlflow_manifests
 from trainyard.manifests.lifecycle import holds_data
 from trainyard.manifests.meta import MLFLOW_SECRET, OBJECT_STORE_SECRET
+from trainyard.supply.lock import load_lock
+
+MIRROR = "registry.trainyard.internal/mirror/"
+LOCK = load_lock(ROOT / "images.lock.yaml")
 
 
 def _by(kind: str, name: str, objects: tuple[dict, ...]) -> dict:  # type: ignore[type-arg]
@@ -43,11 +47,28 @@ def test_chart_values_turn_on_basic_auth_proxied_artifacts_and_postgres() -> Non
     assert values["artifactRoot"]["proxiedArtifactStorage"] is True
     assert values["artifactRoot"]["s3"]["existingSecret"]["name"] == OBJECT_STORE_SECRET
     assert values["backendStore"]["postgres"]["host"] == "mlflow-db-rw"
-    # The staging stack pulls from its mirror, at the pinned tag.
-    assert values["image"] == {"repository": "registry.trainyard.internal/mirror/burakince/mlflow", "tag": "3.15.1",
-                               "pullPolicy": "IfNotPresent"}
+    # The staging stack pulls from its mirror, at the pinned tag and the lock's digest: the server through the
+    # chart's image.digest (its tag stays the MLFLOW_VERSION the chart passes), the init images through their tag.
+    server = f"{MIRROR}burakince/mlflow:3.15.1"
+    assert values["image"] == {"repository": f"{MIRROR}burakince/mlflow", "tag": "3.15.1",
+                               "digest": LOCK.entries[server].digest, "pullPolicy": "IfNotPresent"}
+    busybox = f"{MIRROR}library/busybox:1.38.0"
+    assert values["initImages"]["dbchecker"]["tag"] == f"1.38.0@{LOCK.entries[busybox].digest}"
+    assert values["initImages"]["mlflowDbMigration"]["tag"] == f"3.15.1@{LOCK.entries[server].digest}"
+    assert values["extraContainers"][0]["image"] == f"{server}@{LOCK.entries[server].digest}"
     cnpg = rendered("staging").concern("postgres-operator").releases[0]
     assert (cnpg.chart, cnpg.version, cnpg.values["crds"]) == ("cloudnative-pg", "0.29.0", {"create": False})
+    operator = f"{MIRROR}cloudnative-pg/cloudnative-pg:1.30.0"
+    assert cnpg.values["image"]["tag"] == f"1.30.0@{LOCK.entries[operator].digest}"
+
+
+def test_the_postgresql_operand_is_pinned_by_the_locks_digest_and_keeps_its_major_version_tag() -> None:
+    cluster = _by("Cluster", "mlflow-db", rendered("staging").concern("mlflow").objects)
+    operand = f"{MIRROR}cloudnative-pg/postgresql:18.4-system-trixie"
+    assert cluster["spec"]["imageName"] == f"{operand}@{LOCK.entries[operand].digest}"
+    # Without a lock entry the operand renders by tag (images verify reports it), never with another digest.
+    unlocked = mlflow_manifests.postgres_cluster(stack("staging").config)
+    assert unlocked["spec"]["imageName"] == operand
 
 
 def test_postgres_cluster_backs_up_through_the_barman_cloud_plugin_and_is_retained() -> None:

@@ -166,7 +166,7 @@ def test_images_verify_json_lists_each_problem_with_the_same_exit_code(capsys: p
     assert doc["schema"] == "trainyard.images-verify/v1" and doc["ok"] is False and doc["protect_data"] is True
     assert {"reference": "registry.trainyard.internal/mirror/kueue/kueue:v0.19.2", "status": "placeholder",
             "severity": "error", "message": "registry.trainyard.internal/mirror/kueue/kueue:v0.19.2 has a placeholder "
-            "digest (no registry reported it)"} in doc["problems"]
+            "digest (no registry reported it)", "where": None} in doc["problems"]
     assert doc["errors"] == len(doc["problems"])
 
 

@@ -80,9 +80,9 @@ def trainer_values(config: PlatformConfig, lock: ImageLock) -> dict[str, Any]:
     if not config.data_cache.enabled:
         return {}
     image = lws_image(config, lock)
-    tag = f"{image.tag}@{image.digest}" if image.digest else str(image.tag)
     return {"dataCache": {"enabled": True},
-            "lws": {"image": {"manager": {"repository": image.name, "tag": tag, "pullPolicy": "IfNotPresent"}}}}
+            "lws": {"image": {"manager": {"repository": image.name, "tag": image.tag_with_digest,
+                                          "pullPolicy": "IfNotPresent"}}}}
 
 
 def wire_runtime(config: PlatformConfig, runtime: Manifest, lock: ImageLock) -> None:

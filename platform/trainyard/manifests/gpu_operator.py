@@ -40,9 +40,10 @@ from trainyard.config.gpu_pools import mig_config_name
 from trainyard.config.model import GpuPool, PlatformConfig
 from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.concern import Concern
-from trainyard.manifests.installs import COMPONENT_LABEL, mirrored_parts
+from trainyard.manifests.installs import COMPONENT_LABEL, pinned_image
 from trainyard.manifests.kueue import toleration_for
 from trainyard.manifests.meta import Manifest, metadata
+from trainyard.supply.lock import ImageLock
 
 DEVICE_PLUGIN_CONFIG = "trainyard-device-plugin-config"
 MIG_PARTED_CONFIG = "trainyard-mig-parted-config"
@@ -143,10 +144,21 @@ def mig_parted_config_map(config: PlatformConfig, operator: GpuOperator) -> Mani
             "data": {"config.yaml": _yaml(mig_parted_config(config))}}
 
 
-def nvidia_driver(config: PlatformConfig, operator: GpuOperator, pool: GpuPool) -> Manifest:
-    """The NVIDIADriver of one operator-managed pool. Ref: api/nvidia/v1alpha1/nvidiadriver_types.go at v26.7.0."""
-    repository, image = _split(config, catalog.GPU_OPERATOR_OPERANDS["driver"])
-    manager_repository, manager_image = _split(config, catalog.GPU_OPERATOR_OPERANDS["driver.manager"])
+def nvidia_driver(config: PlatformConfig, operator: GpuOperator, pool: GpuPool, lock: ImageLock | None = None) -> Manifest:
+    """The NVIDIADriver of one operator-managed pool. Ref: api/nvidia/v1alpha1/nvidiadriver_types.go at v26.7.0.
+
+    With a digest in the lock, ``version`` is ``<driver version>@<digest>``: ``GetImagePath`` then uses
+    ``<repository>/<image>:<version>`` as it is and appends no ``-<os>`` (it does so only for a path
+    without ``sha256:``), so the lock's ``driver:<version>`` entry must be the digest of the driver image
+    built for the pool's node OS. Precompiled drivers refuse a digest (``GetPrecompiledImagePath``);
+    Trainyard sets ``usePrecompiled: false``.
+    """
+    pins = lock if lock is not None else ImageLock()
+    driver = catalog.GPU_OPERATOR_OPERANDS["driver"]
+    repository, image, version = _parts(config, catalog.Image(driver.registry, driver.repository,
+                                                              pool.driver_version or operator.driver_version), pins)
+    manager_repository, manager_image, manager_version = _parts(config, catalog.GPU_OPERATOR_OPERANDS["driver.manager"],
+                                                                pins)
     upgrade = operator.driver_upgrade
     spec: dict[str, Any] = {
         "default": False,
@@ -155,9 +167,8 @@ def nvidia_driver(config: PlatformConfig, operator: GpuOperator, pool: GpuPool) 
         "kernelModuleType": "auto",
         "repository": repository,
         "image": image,
-        "version": pool.driver_version or operator.driver_version,
-        "manager": {"repository": manager_repository, "image": manager_image,
-                    "version": catalog.GPU_OPERATOR_OPERANDS["driver.manager"].tag},
+        "version": version,
+        "manager": {"repository": manager_repository, "image": manager_image, "version": manager_version},
         "nodeSelector": dict(sorted(pool.node_labels.items())),
         "upgradePolicy": {
             "autoUpgrade": True,
@@ -179,18 +190,28 @@ def namespace(operator: GpuOperator, exception: PodSecurityException) -> Manifes
                                  annotations={PSA_EXCEPTION_ANNOTATION: exception.reason})}
 
 
-def chart_values(config: PlatformConfig, operator: GpuOperator) -> dict[str, Any]:
-    """Values of the gpu-operator chart. Ref: deployments/gpu-operator/values.yaml at v26.7.0."""
+def chart_values(config: PlatformConfig, operator: GpuOperator, lock: ImageLock | None = None) -> dict[str, Any]:
+    """Values of the gpu-operator chart. Ref: deployments/gpu-operator/values.yaml at v26.7.0.
+
+    Every image triple's ``version`` is ``<tag>@<digest>`` where the lock has the digest. The chart composes
+    ``<repository>/<image>:<version>`` for the operator and its ``DRIVER_MANAGER_IMAGE``/``VALIDATOR_IMAGE``
+    (templates/_helpers.tpl:72, :79, :86), and the operator the same for every ClusterPolicy operand
+    (api/nvidia/v1/clusterpolicy_types.go ``imagePath``: ``:`` unless the version starts with ``sha256:``),
+    so both give ``<repository>/<image>:<tag>@<digest>``; a bare ``sha256:`` version would make the chart's
+    own ``<image>:sha256:...`` invalid. NFD composes ``<image.repository>:<image.tag>`` (subchart
+    templates/master.yaml:60, worker.yaml:62, nfd-gc.yaml:52).
+    """
     pools = managed_pools(config)
     operands = catalog.GPU_OPERATOR_OPERANDS
+    pins = lock if lock is not None else ImageLock()
 
     def image(key: str) -> dict[str, str]:
-        repository, name = _split(config, operands[key])
-        return {"repository": repository, "image": name, "version": operands[key].tag}
+        repository, name, version = _parts(config, operands[key], pins)
+        return {"repository": repository, "image": name, "version": version}
 
     any_mig = any(pool.mig is not None for pool in pools)
     driver_managed = any(pool.driver == "operator" for pool in pools)
-    nfd_registry, nfd_repository, nfd_tag = mirrored_parts(config, operands["node-feature-discovery"])
+    nfd = pinned_image(config, operands["node-feature-discovery"], pins)
     values: dict[str, Any] = {
         # operator.upgradeCRD is a pre-upgrade hook; the Pulumi provider renders charts without hooks
         # (helm/v4 chart.go DisableHooks), and Trainyard applies the CRDs itself.
@@ -229,19 +250,19 @@ def chart_values(config: PlatformConfig, operator: GpuOperator) -> dict[str, Any
     values["vgpuManager"] = {"driverManager": image("vgpuManager.driverManager")}
     values["vfioManager"]["driverManager"] = image("vfioManager.driverManager")
     if operator.node_feature_discovery:
-        values["node-feature-discovery"] = {"image": {"repository": f"{nfd_registry}/{nfd_repository}", "tag": nfd_tag}}
+        values["node-feature-discovery"] = {"image": {"repository": nfd.name, "tag": nfd.tag_with_digest}}
     return values
 
 
-def release(config: PlatformConfig, operator: GpuOperator) -> ChartRelease:
+def release(config: PlatformConfig, operator: GpuOperator, lock: ImageLock | None = None) -> ChartRelease:
     pinned = catalog.release("gpu_operator", operator.version)
     chart, _, _ = pinned.installed()
     return ChartRelease(name="gpu-operator", component="gpu-operator", chart=chart.chart, repo=chart.repo,
                         version=f"v{pinned.version}", namespace=operator.namespace,
-                        values=chart_values(config, operator))
+                        values=chart_values(config, operator, lock))
 
 
-def build(config: PlatformConfig) -> Concern:
+def build(config: PlatformConfig, lock: ImageLock | None = None) -> Concern:
     """The GPU stack: nothing when the stack installs no operator (the local stack's fake GPUs)."""
     operator = config.gpu_operator
     if operator is None:
@@ -250,15 +271,16 @@ def build(config: PlatformConfig) -> Concern:
     objects: list[Manifest] = [namespace(operator, exception), device_plugin_config_map(config, operator)]
     if any(pool.mig is not None for pool in managed_pools(config)):
         objects.append(mig_parted_config_map(config, operator))
-    objects += [nvidia_driver(config, operator, pool) for pool in managed_pools(config) if pool.driver == "operator"]
-    return Concern("gpu-operator", objects=tuple(objects), releases=(release(config, operator),))
+    objects += [nvidia_driver(config, operator, pool, lock) for pool in managed_pools(config) if pool.driver == "operator"]
+    return Concern("gpu-operator", objects=tuple(objects), releases=(release(config, operator, lock),))
 
 
-def _split(config: PlatformConfig, image: catalog.Image) -> tuple[str, str]:
-    """(repository, image) as the operator's values take them: nvcr.io/nvidia + gpu-operator."""
-    registry, repository, _ = mirrored_parts(config, image)
-    path, _, name = repository.rpartition("/")
-    return f"{registry}/{path}" if path else registry, name
+def _parts(config: PlatformConfig, image: catalog.Image, lock: ImageLock) -> tuple[str, str, str]:
+    """(repository, image, version) as the operator's values take them: nvcr.io/nvidia + gpu-operator +
+    v26.7.0, under the stack's mirror; the version ``<tag>@<digest>`` where the lock has the digest."""
+    pinned = pinned_image(config, image, lock)
+    path, _, name = pinned.repository.rpartition("/")
+    return (f"{pinned.registry}/{path}" if path else pinned.registry), name, pinned.tag_with_digest
 
 
 def _tolerations(pools: list[GpuPool]) -> list[dict[str, str]]:

@@ -79,10 +79,16 @@ def controller_image(config: PlatformConfig, component: str, lock: ImageLock) ->
     return lock.pin(mirrored(upstream_image(config, component), config.images.registry_mirror))
 
 
+def pinned_image(config: PlatformConfig, image: catalog.Image, lock: ImageLock) -> ImageRef:
+    """Any catalog image as the cluster pulls it: under the mirror where the stack has one, pinned by the lock
+    (``<name>:<tag>@<digest>``; by tag alone where the lock has no entry, which ``images verify`` reports)."""
+    return lock.pin(mirrored(ImageRef(image.registry, image.repository, image.tag), config.images.registry_mirror))
+
+
 def _tag(image: ImageRef) -> str:
     # The charts compose "<repository>:<tag>"; a tag of "<tag>@<digest>" gives "<repository>:<tag>@<digest>",
     # which pulls by digest (the tag is kept for readers).
-    return f"{image.tag}@{image.digest}" if image.digest else str(image.tag)
+    return image.tag_with_digest
 
 
 def releases(config: PlatformConfig, lock: ImageLock | None = None) -> list[ChartRelease]:

@@ -31,10 +31,11 @@ from trainyard.config.model import MLFLOW_POD_LABELS, MLFLOW_PORT, PlatformConfi
 from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.generated import GeneratedValue, names_in, placeholder
-from trainyard.manifests.installs import COMPONENT_LABEL
+from trainyard.manifests.installs import COMPONENT_LABEL, pinned_image
 from trainyard.manifests.meta import MLFLOW_SECRET, OBJECT_STORE_SECRET, TENANT_LABEL, Manifest, metadata
 from trainyard.manifests.network import NAMESPACE_NAME_LABEL, controller_policies
 from trainyard.manifests.tenants import PSA_LABELS
+from trainyard.supply.lock import ImageLock
 
 CLUSTER = "mlflow-db"
 DATABASE = "mlflow"
@@ -77,12 +78,6 @@ def allowed_hosts(mlflow: Mlflow) -> list[str]:
     service = f"mlflow.{mlflow.namespace}.svc"
     return [service, f"{service}:{SERVICE_PORT}", f"{service}.cluster.local", f"{service}.cluster.local:{SERVICE_PORT}",
             f"localhost:{MLFLOW_PORT}", f"127.0.0.1:{MLFLOW_PORT}"]
-
-
-def _image(config: PlatformConfig, image: catalog.Image) -> str:
-    """``registry/repository`` of an image, or the same repository under the stack's mirror."""
-    mirror = config.images.registry_mirror
-    return f"{mirror}{image.repository}" if mirror else f"{image.registry}/{image.repository}"
 
 
 def _secret(name: str, namespace: str, data: dict[str, str], *, secret_type: str = "Opaque",  # noqa: S107
@@ -144,16 +139,19 @@ def object_store_for_backups(config: PlatformConfig, store: MlflowObjectStore) -
     }
 
 
-def postgres_cluster(config: PlatformConfig) -> Manifest:
+def postgres_cluster(config: PlatformConfig, lock: ImageLock | None = None) -> Manifest:
     mlflow, db = config.mlflow, config.mlflow.database
     release = catalog.release("cnpg", config.versions.cnpg)
-    operand = release.image_for("postgresql")
+    # "<name>:<tag>@<digest>": the operator pulls the digest and still reads the PostgreSQL major version
+    # from the tag (Ref: CloudNativePG docs container_images.md "Image Tag Requirements"; cloudnative-pg/machinery
+    # pkg/image/reference NewReference strips the digest before it takes the tag).
+    operand = pinned_image(config, release.image_for("postgresql"), lock if lock is not None else ImageLock())
     storage: dict[str, Any] = {"size": str(db.storage_size)}
     if db.storage_class:
         storage["storageClass"] = db.storage_class
     spec: dict[str, Any] = {
         "instances": db.instances,
-        "imageName": f"{_image(config, operand)}:{operand.tag}",
+        "imageName": str(operand),
         "enableSuperuserAccess": False,
         "storage": storage,
         "bootstrap": {"initdb": {"database": DATABASE, "owner": DB_OWNER, "secret": {"name": DB_SECRET}}},
@@ -216,23 +214,32 @@ def _tenant_sync_sidecar(config: PlatformConfig, image: str) -> dict[str, Any]:
     }
 
 
-def chart_values(config: PlatformConfig) -> dict[str, Any]:
-    """Values of the community MLflow chart (1.11.5). Ref: charts/mlflow values.yaml, templates/deployment.yaml."""
+def chart_values(config: PlatformConfig, lock: ImageLock | None = None) -> dict[str, Any]:
+    """Values of the community MLflow chart (1.11.5). Ref: charts/mlflow values.yaml, templates/deployment.yaml.
+
+    Images are pinned by the lock's digest where it has one. The server takes the chart's own ``image.digest``
+    (templates/_helpers.tpl "mlflow.containerImage": ``<repository>:<tag>@<digest>``), so ``image.tag`` stays
+    the bare version the chart also passes as ``MLFLOW_VERSION`` (templates/deployment.yaml:425). The init
+    images have no digest value (values.schema.json: repository, pullPolicy, tag only) and compose
+    ``<repository>:<tag>`` (deployment.yaml:99, :183, :283): their tag is ``<tag>@<digest>``.
+    """
     mlflow = config.mlflow
     store = mlflow.object_store
     assert store is not None  # checked by the config model when enabled
+    pins = lock if lock is not None else ImageLock()
     release = catalog.release("mlflow", config.versions.mlflow)
-    server_image, busybox = release.installed()[2], release.image_for("busybox")
-    server_repository = _image(config, server_image)
-    busybox_image = {"repository": _image(config, busybox), "tag": busybox.tag, "pullPolicy": "IfNotPresent"}
+    server = pinned_image(config, release.installed()[2], pins)
+    busybox = pinned_image(config, release.image_for("busybox"), pins)
+    busybox_image = {"repository": busybox.name, "tag": busybox.tag_with_digest, "pullPolicy": "IfNotPresent"}
     db_host = f"{CLUSTER}-rw"  # CloudNativePG's read-write Service of the primary
     return {
         "replicaCount": mlflow.replicas,
-        "image": {"repository": server_repository, "tag": server_image.tag, "pullPolicy": "IfNotPresent"},
+        "image": {"repository": server.name, "tag": server.tag, "pullPolicy": "IfNotPresent",
+                  **({"digest": server.digest} if server.digest else {})},
         "initImages": {
             "dbchecker": busybox_image,
             "iniFileInitializer": busybox_image,
-            "mlflowDbMigration": {"repository": server_repository, "tag": server_image.tag, "pullPolicy": "IfNotPresent"},
+            "mlflowDbMigration": {"repository": server.name, "tag": server.tag_with_digest, "pullPolicy": "IfNotPresent"},
         },
         # MLflow never calls the Kubernetes API.
         "serviceAccount": {"create": True, "automount": False},
@@ -264,7 +271,7 @@ def chart_values(config: PlatformConfig) -> dict[str, Any]:
                          "existingSecret": {"name": DB_SECRET, "usernameKey": "username", "passwordKey": "password"}},
         },
         "serverAllowedHosts": allowed_hosts(mlflow),
-        "extraContainers": [_tenant_sync_sidecar(config, f"{server_repository}:{server_image.tag}")],
+        "extraContainers": [_tenant_sync_sidecar(config, str(server))],
         "extraVolumes": [
             {"name": "tenant-sync-script", "configMap": {"name": SYNC_SCRIPT_CONFIGMAP}},
             {"name": "tenant-users", "secret": {"secretName": TENANT_USERS_SECRET}},
@@ -272,20 +279,26 @@ def chart_values(config: PlatformConfig) -> dict[str, Any]:
     }
 
 
-def cnpg_values(config: PlatformConfig) -> dict[str, Any]:
-    """Values of the cloudnative-pg chart (0.29.0). Ref: charts/cloudnative-pg values.yaml."""
+def cnpg_values(config: PlatformConfig, lock: ImageLock | None = None) -> dict[str, Any]:
+    """Values of the cloudnative-pg chart (0.29.0). Ref: charts/cloudnative-pg values.yaml.
+
+    The chart composes ``<image.repository>:<image.tag>`` for the operator's container and its
+    ``OPERATOR_IMAGE_NAME`` (templates/deployment.yaml:85, :99; the image the operator copies its instance
+    manager from into every PostgreSQL pod), so a tag of ``<tag>@<digest>`` pins both.
+    """
     _, _, operator_image = catalog.release("cnpg", config.versions.cnpg).installed()
+    operator = pinned_image(config, operator_image, lock if lock is not None else ImageLock())
     return {
-        "image": {"repository": _image(config, operator_image), "tag": operator_image.tag, "pullPolicy": "IfNotPresent"},
+        "image": {"repository": operator.name, "tag": operator.tag_with_digest, "pullPolicy": "IfNotPresent"},
         # Trainyard declares the CRDs itself (manifests/crds.py).
         "crds": {"create": False},
     }
 
 
-def releases(config: PlatformConfig) -> list[ChartRelease]:
+def releases(config: PlatformConfig, lock: ImageLock | None = None) -> list[ChartRelease]:
     external = config.rehearsal.external_controllers
     out = []
-    for component, values in (("cnpg", cnpg_values(config)), ("mlflow", chart_values(config))):
+    for component, values in (("cnpg", cnpg_values(config, lock)), ("mlflow", chart_values(config, lock))):
         pinned = catalog.release(component, getattr(config.versions, component))
         chart, _, _ = pinned.installed()
         out.append(ChartRelease(
@@ -347,7 +360,7 @@ def tenant_secret(config: PlatformConfig, tenant_name: str, namespace: str) -> M
     }, labels={TENANT_LABEL: tenant_name})
 
 
-def build_operator(config: PlatformConfig) -> Concern:
+def build_operator(config: PlatformConfig, lock: ImageLock | None = None) -> Concern:
     """The CloudNativePG operator: its namespace, policies and chart, applied before the Cluster it serves.
 
     A concern of its own so that the PostgreSQL objects wait for the operator's webhooks
@@ -355,7 +368,7 @@ def build_operator(config: PlatformConfig) -> Concern:
     """
     if not config.mlflow.enabled:
         return Concern("postgres-operator")
-    cnpg = next(r for r in releases(config) if r.component == "cnpg")
+    cnpg = next(r for r in releases(config, lock) if r.component == "cnpg")
     objects: list[Manifest] = []
     if not cnpg.external:
         objects.append(_namespace(cnpg.namespace, "cnpg"))
@@ -363,7 +376,7 @@ def build_operator(config: PlatformConfig) -> Concern:
     return Concern("postgres-operator", objects=tuple(objects), releases=(cnpg,))
 
 
-def build(config: PlatformConfig) -> Concern:
+def build(config: PlatformConfig, lock: ImageLock | None = None) -> Concern:
     """MLflow: PostgreSQL, backups, the server chart, its network policies and the tenant Secrets."""
     mlflow = config.mlflow
     if not mlflow.enabled:
@@ -371,7 +384,7 @@ def build(config: PlatformConfig) -> Concern:
     store = mlflow.object_store
     assert store is not None  # checked by the config model when enabled
     objects: list[Manifest] = [_namespace(mlflow.namespace, "mlflow"), *secrets(config),
-                               postgres_cluster(config), auth_database(config)]
+                               postgres_cluster(config, lock), auth_database(config)]
     if mlflow.backup.enabled:
         objects.append(object_store_for_backups(config, store))
         objects.append(scheduled_backup(config))
@@ -383,7 +396,7 @@ def build(config: PlatformConfig) -> Concern:
     return Concern(
         "mlflow",
         objects=tuple(objects),
-        releases=tuple(r for r in releases(config) if r.component == "mlflow"),
+        releases=tuple(r for r in releases(config, lock) if r.component == "mlflow"),
         tenant_objects=tenant_objects,
         generated=tuple(GeneratedValue(name) for name in sorted(referenced)),
     )

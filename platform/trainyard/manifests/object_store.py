@@ -360,7 +360,7 @@ def _image(config: PlatformConfig, component: str, lock: ImageLock) -> ImageRef:
 
 def _tag(image: ImageRef) -> str:
     # As installs._tag: "<tag>@<digest>" makes the charts' "<repository>:<tag>" pull by digest.
-    return f"{image.tag}@{image.digest}" if image.digest else str(image.tag)
+    return image.tag_with_digest
 
 
 def _chart(config: PlatformConfig, component: str, name: str, namespace_name: str, values: dict[str, Any]) -> ChartRelease:

@@ -26,8 +26,13 @@ KServe chart values (kserve-resources v0.20.0 values.yaml):
   is Standard; ``RawDeployment`` is its legacy alias: pkg/constants/constants.go ParseDeploymentMode).
 - ``controller.gateway.disableIngressCreation``: true unless ``serving.exposure.ingress_creation``;
   ``disableIstioVirtualHost``: there is no Istio.
-- every image (controller, rbac proxy, storage initializer, agent, router) from the mirror, pull
-  policy IfNotPresent (the chart's controller default is Always).
+- every image (controller, rbac proxy, storage initializer, agent, router) from the mirror, pinned by the
+  image lock's digest where it has one, pull policy IfNotPresent (the chart's controller default is Always).
+  The chart composes ``<image>:<tag>`` for each (files/kserve/deployment-patch.yaml:61 the controller,
+  files/common/configmap-patch.yaml:9, :17, :27, :94, :103 agent, batcher, router, logger and storage
+  initializer in ``inferenceservice-config``, files/common/storagecontainer-patch.yaml:7 the default
+  ClusterStorageContainer), so the tag is ``<tag>@<digest>``; ``rbacProxyImage`` is one string
+  (deployment-patch.yaml:51), the whole pinned reference.
 - ``storage.containerSecurityContext`` adds seccomp ``RuntimeDefault``: the storage initializer runs
   in tenant namespaces, which enforce the restricted Pod Security Standard.
 - ``security.autoMountServiceAccountToken: false``: predictor pods need no API credentials.
@@ -46,7 +51,7 @@ from trainyard.config.serving import Serving
 from trainyard.manifests import object_store
 from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.concern import Concern
-from trainyard.manifests.installs import mirrored_parts, pinned_chart, system_namespace
+from trainyard.manifests.installs import pinned_chart, pinned_image, system_namespace
 from trainyard.manifests.meta import (
     APPROVED_RUNTIME_LABEL,
     INFERENCE_SERVICE_POD_LABEL,
@@ -65,6 +70,7 @@ from trainyard.manifests.network import (
 )
 from trainyard.manifests.runtimes import DIGEST, RuntimeFileError, image_allowed, read_runtime_file
 from trainyard.manifests.tenants import role_binding_for
+from trainyard.supply.lock import ImageLock
 
 COMPONENT = "kserve"
 SERVICE_ACCOUNT = "kserve-predictor"
@@ -106,17 +112,19 @@ def release_of(config: PlatformConfig) -> catalog.Release:
     return catalog.release("kserve", config.versions.kserve)
 
 
-def _image(config: PlatformConfig, image: catalog.Image) -> tuple[str, str]:
-    """(registry/repository, tag) as the KServe chart takes its images."""
-    registry, repository, tag = mirrored_parts(config, image)
-    return f"{registry}/{repository}", tag
+def _image(config: PlatformConfig, image: catalog.Image, lock: ImageLock) -> tuple[str, str]:
+    """(registry/repository, tag) as the KServe chart takes its images: the tag ``<tag>@<digest>`` where the lock
+    has the digest."""
+    pinned = pinned_image(config, image, lock)
+    return pinned.name, pinned.tag_with_digest
 
 
-def chart_values(config: PlatformConfig) -> dict[str, Any]:
+def chart_values(config: PlatformConfig, lock: ImageLock | None = None) -> dict[str, Any]:
     serving = enabled(config)
+    pins = lock if lock is not None else ImageLock()
     pinned = release_of(config)
-    controller, controller_tag = _image(config, pinned.installed()[2])
-    images = {name: _image(config, image) for name, image in pinned.images}
+    controller, controller_tag = _image(config, pinned.installed()[2], pins)
+    images = {name: _image(config, image, pins) for name, image in pinned.images}
     exposure = serving.exposure
     return {"kserve": {
         "version": pinned.tag,
@@ -156,8 +164,8 @@ def chart_values(config: PlatformConfig) -> dict[str, Any]:
     }}
 
 
-def chart_release(config: PlatformConfig) -> ChartRelease:
-    return pinned_chart(config, release_of(config), COMPONENT, chart_values(config))
+def chart_release(config: PlatformConfig, lock: ImageLock | None = None) -> ChartRelease:
+    return pinned_chart(config, release_of(config), COMPONENT, chart_values(config, lock))
 
 
 # ---------------------------------------------------------------- runtimes
@@ -295,11 +303,11 @@ def tenant_objects(config: PlatformConfig, tenant: Tenant) -> tuple[Manifest, ..
             *predictor_policies(config, tenant))
 
 
-def build(config: PlatformConfig, root: Path) -> Concern:
+def build(config: PlatformConfig, root: Path, lock: ImageLock | None = None) -> Concern:
     """Serving: KServe's namespace and chart, the approved ClusterServingRuntimes, each tenant's serving access."""
     if config.serving is None:
         return Concern("serving")
-    release = chart_release(config)
+    release = chart_release(config, lock)
     objects: list[Manifest] = []
     if not release.external:
         objects += [system_namespace(release.namespace, COMPONENT), *controller_policies(config, release.namespace, COMPONENT)]

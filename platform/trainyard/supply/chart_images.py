@@ -94,23 +94,32 @@ def _kserve_resources_0_20(values: Mapping[str, Any]) -> tuple[list[str], str]:
 
 
 def _cert_manager_1_21(values: Mapping[str, Any]) -> tuple[list[str], str]:
-    # Ref: cert-manager v1.21.1 templates/_helpers.tpl "cert-manager.image" (<imageRegistry>/<imageNamespace>/<image.name>
-    # and ":<appVersion>" when image.repository and image.tag are empty); templates/deployment.yaml:89,
-    # webhook-deployment.yaml:84, cainjector-deployment.yaml:79 (if cainjector.enabled, default true).
-    # startupapicheck-job.yaml is a helm hook: helm.v4.Chart renders with hooks off. The acmesolver image
-    # is an argument of the controller (deployment.yaml:117), pulled only for ACME HTTP-01 challenges.
+    # Ref: cert-manager v1.21.1 templates/_helpers.tpl "cert-manager.image": <imageRegistry>/<imageNamespace>/<image.name>
+    # unless image.repository is set, then ":<tag>@<digest>", ":<tag>", "@<digest>" or ":<appVersion>" as
+    # image.tag and image.digest are set; templates/deployment.yaml:89, webhook-deployment.yaml:84,
+    # cainjector-deployment.yaml:79 (if cainjector.enabled, default true). startupapicheck-job.yaml is a helm
+    # hook: helm.v4.Chart renders with hooks off. The acmesolver image is an argument of the controller
+    # (deployment.yaml:117), pulled only for ACME HTTP-01 challenges.
     registry = values.get("imageRegistry") or "quay.io"
     namespace = values.get("imageNamespace") or "jetstack"
-    tag = "v1.21.1"  # Chart.yaml appVersion
-    names = ["cert-manager-controller", "cert-manager-webhook"]
+    app_version = "v1.21.1"  # Chart.yaml appVersion
+    parts = [(None, "cert-manager-controller"), ("webhook", "cert-manager-webhook")]
     if _get(values, "cainjector", "enabled") is not False:
-        names.append("cert-manager-cainjector")
-    if any(_get(values, part, "image", "repository") or _get(values, part, "image", "tag")
-           for part in ("webhook", "cainjector")) or _get(values, "image", "repository"):
-        return [f"{registry}/{namespace}/{name}:{tag}" for name in names], \
-            "an image.repository or image.tag override is set: the images above may not be the ones rendered"
-    return [f"{registry}/{namespace}/{name}:{tag}" for name in names], \
-        "acmesolver is an argument (HTTP-01 only), not a pod image"
+        parts.append(("cainjector", "cert-manager-cainjector"))
+    images: list[str] = []
+    overridden = False
+    for key, name in parts:
+        image = (values.get("image") if key is None else _get(values, key, "image")) or {}
+        overridden = overridden or bool(image.get("repository") or image.get("registry"))
+        tag, digest = image.get("tag"), image.get("digest")
+        suffix = f":{tag}@{digest}" if tag and digest else f":{tag}" if tag else f"@{digest}" if digest else \
+            f":{app_version}"
+        images.append(f"{registry}/{namespace}/{name}{suffix}")
+    if overridden:
+        return images, "an image.repository or image.registry override is set: the images above may not be the ones rendered"
+    return images, "acmesolver is an argument (HTTP-01 only), not a pod image"
+
+
 def _seaweedfs_4_44(values: Mapping[str, Any]) -> tuple[list[str], str]:
     # Ref: charts/seaweedfs templates/shared/_helpers.tpl "seaweedfs.image": <global.imageRegistry>/
     # <global.seaweedfs.image.name>:<image.tag>; all-in-one is the only workload Trainyard enables (COSI off).
@@ -142,9 +151,11 @@ def _cloudnative_pg_0_29(values: Mapping[str, Any]) -> tuple[list[str], str]:
 
 
 def _mlflow_1_11(values: Mapping[str, Any]) -> tuple[list[str], str]:
-    # Ref: charts/mlflow templates/deployment.yaml: the server (mlflow.containerImage, repository:tag), the
+    # Ref: charts/mlflow templates/deployment.yaml: the server (mlflow.containerImage, repository:tag[@digest]), the
     # dbchecker, mlflow-db-migration and ini-file-initializer init containers (initImages.*), and extraContainers.
-    images = {f"{values['image']['repository']}:{values['image']['tag']}"}
+    # The server's image.digest, where set, follows the tag (templates/_helpers.tpl "mlflow.containerImage").
+    server = values["image"]
+    images = {f"{server['repository']}:{server['tag']}" + (f"@{server['digest']}" if server.get("digest") else "")}
     images |= {f"{i['repository']}:{i['tag']}" for i in (_get(values, "initImages") or {}).values()}
     images |= {str(c["image"]) for c in values.get("extraContainers") or []}
     return sorted(images), "oauth2Proxy off (oauth2-proxy image not used)"

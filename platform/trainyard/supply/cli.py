@@ -4,8 +4,9 @@
 writes a file, or for ``--format sync`` a directory with one YAML per destination and
 ``sync.sh``). ``images lock STACK`` asks the mirror registry for the digest of every image the
 stack uses and rewrites the lock (all or nothing: one image that cannot be resolved leaves the
-file untouched). ``images verify STACK`` lists placeholder and missing digests: exit 1 on a
-stack that protects data, warnings only elsewhere.
+file untouched). ``images verify STACK`` lists placeholder and missing digests and images that render
+without a digest (``--render-charts``: in helm's output of every chart too): exit 1 on a stack that
+protects data, warnings only elsewhere.
 
 Importing this module registers the subcommands with ``trainyard.cli``.
 """
@@ -15,16 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 
 from trainyard import yamlio
 from trainyard.cli import EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
-from trainyard.manifests import image_lock, render_platform
+from trainyard.manifests import RenderedPlatform, image_lock, render_platform
 from trainyard.manifests.runtimes import containers_of
 from trainyard.project import Stack, open_stack
 from trainyard.supply.bom import build_bom, lock_references, sync_commands, sync_groups, to_json, to_markdown, to_sync_text
+from trainyard.supply.chart_images import ChartRenderer
 from trainyard.supply.gate import unlocked_images
 from trainyard.supply.lock import ImageLock, LockEntry, LockFileError, placeholder_digest
 from trainyard.supply.reference import ImageRef, ReferenceError
@@ -33,22 +37,29 @@ from trainyard.supply.registry import Credentials, RegistryClient, RegistryError
 STACK_HELP = "stack name (prod = stacks/Pulumi.prod.yaml) or path"
 
 
+@contextmanager
+def _chart_renderer(stack: Stack, rendered: RenderedPlatform, wanted: bool) -> Iterator[ChartRenderer | None]:
+    """``helm template`` of each release with the stack's values (``--render-charts``), or None."""
+    if not wanted:
+        yield None
+        return
+    from trainyard import charts
+
+    directory, helm = charts.charts_dir(stack.root), charts.helm_binary()
+    if directory is None or helm is None:
+        raise UsageError("--render-charts needs the chart mirror (TRAINYARD_CHARTS_DIR) and helm (`make helm`)")
+    renderer = charts.ChartRenderer(directory, helm, api_versions=charts.api_versions(rendered.crds))
+    try:
+        yield lambda release: renderer.render(release).objects
+    finally:
+        renderer.close()
+
+
 def _cmd_bom(args: argparse.Namespace) -> int:
     stack = open_stack(args.stack)
-    if not args.render_charts:
-        bom = build_bom(stack)
-    else:
-        from trainyard import charts
-
-        directory, helm = charts.charts_dir(stack.root), charts.helm_binary()
-        if directory is None or helm is None:
-            raise UsageError("--render-charts needs the chart mirror (TRAINYARD_CHARTS_DIR) and helm (`make helm`)")
-        rendered = stack.render()
-        renderer = charts.ChartRenderer(directory, helm, api_versions=charts.api_versions(rendered.crds))
-        try:
-            bom = build_bom(stack, rendered, renderer=lambda release: renderer.render(release).objects)
-        finally:
-            renderer.close()
+    rendered = stack.render()
+    with _chart_renderer(stack, rendered, args.render_charts) as renderer:
+        bom = build_bom(stack, rendered, renderer=renderer)
     if args.format == "sync" and args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -154,7 +165,9 @@ def _cmd_images_lock(args: argparse.Namespace) -> int:
 
 def _cmd_images_verify(args: argparse.Namespace) -> int:
     stack = open_stack(args.stack)
-    found = unlocked_images(stack)
+    rendered = stack.render()
+    with _chart_renderer(stack, rendered, args.render_charts) as renderer:
+        found = unlocked_images(stack, renderer, rendered)
     errors = sum(p.error for p in found)
     if args.format == "json":
         print(json.dumps({"schema": "trainyard.images-verify/v1", "stack": stack.name, "ok": not errors,
@@ -162,14 +175,15 @@ def _cmd_images_verify(args: argparse.Namespace) -> int:
                           "protect_data": stack.config.lifecycle.protect_data, "errors": errors,
                           "warnings": len(found) - errors,
                           "problems": [{"reference": p.reference, "status": p.status,
-                                        "severity": "error" if p.error else "warning", "message": p.message}
+                                        "severity": "error" if p.error else "warning", "message": p.message,
+                                        "where": p.where or None}
                                        for p in found]}, indent=2, sort_keys=True))
         return EXIT_VIOLATIONS if errors else EXIT_OK
     for problem in found:
         print(f"{'error' if problem.error else 'warning'}: {problem.message}", file=sys.stderr)
     print(f"{stack.name}: {errors} errors, {len(found) - errors} warnings"
-          + (" (stack protects data: placeholder and missing digests are refused)" if stack.config.lifecycle.protect_data
-             else " (stack does not protect data: placeholders only warn)"))
+          + (" (stack protects data: placeholder and missing digests and images without one are refused)"
+             if stack.config.lifecycle.protect_data else " (stack does not protect data: placeholders only warn)"))
     return EXIT_VIOLATIONS if errors else EXIT_OK
 
 
@@ -197,8 +211,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     lock.add_argument("--insecure", action="store_true", help="allow plain http endpoints and unverified TLS")
     lock.add_argument("--lock", metavar="FILE", help="lock file to write (default: the stack's images.lock_file)")
     lock.set_defaults(func=_cmd_images_lock)
-    verify = actions.add_parser("verify", help="list placeholder and missing digests (exit 1 where the stack protects data)")
+    verify = actions.add_parser("verify", help="list placeholder and missing digests and images rendered without one "
+                                               "(exit 1 where the stack protects data)")
     verify.add_argument("stack", metavar="STACK", help=STACK_HELP)
+    verify.add_argument("--render-charts", action="store_true",
+                        help="also scan `helm template` of every chart with the stack's values (needs helm)")
     verify.add_argument("--format", choices=("text", "json"), default="text",
                         help="text (default) or json (trainyard.images-verify/v1); the exit code is the same")
     verify.set_defaults(func=_cmd_images_verify)

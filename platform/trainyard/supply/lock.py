@@ -9,7 +9,8 @@ diff shows every digest that moved.
 An entry is either ``source: registry`` (a registry reported the digest) or ``source:
 placeholder`` (nobody asked a registry yet; the digest is a stand-in so the reference keeps
 its shape). Stacks that protect data refuse placeholders and missing entries at deploy time;
-local stacks only warn (``problems``).
+local stacks only warn (``problems``). The same holds for an image that renders without a digest at
+all (``unpinned``, found by ``supply.gate``): the lock's digest must reach every reference the stack pulls.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from trainyard.supply.reference import DIGEST, ImageRef, ReferenceError
 
 Source = Literal["registry", "placeholder"]
 Status = Literal["locked", "placeholder", "missing"]
+# What ``images verify`` reports: a lock entry that is not a registry's answer, or an image rendered by tag alone.
+ProblemStatus = Literal["placeholder", "missing", "unpinned"]
 DEFAULT_LOCK_FILE = "images.lock.yaml"
 HEADER = """\
 # The image lock: every image reference the stacks use -> the digest the platform's mirror serves for it.
@@ -137,14 +140,21 @@ def _entry(path: Path, key: str, raw: Any) -> LockEntry:
 
 @dataclass(frozen=True)
 class LockProblem:
-    """An image a stack uses whose digest is not a registry's answer."""
+    """An image a stack uses whose digest is not a registry's answer, or that renders without a digest.
+
+    ``where`` (unpinned only) is where the image renders, ``fix`` the lock or BOM line that would fix it.
+    """
 
     reference: str
-    status: Status
+    status: ProblemStatus
     error: bool
+    where: str = ""
+    fix: str = ""
 
     @property
     def message(self) -> str:
+        if self.status == "unpinned":
+            return f"{self.reference} renders without a digest at {self.where}: {self.fix}"
         what = ("has a placeholder digest (no registry reported it)" if self.status == "placeholder"
                 else "has no entry in the image lock")
         return f"{self.reference} {what}"
@@ -161,3 +171,8 @@ def problems(lock: ImageLock, references: list[ImageRef], protect_data: bool) ->
         if status != "locked":
             out.append(LockProblem(ref.tagged, status, error=protect_data))
     return out
+
+
+def lock_line(lock: ImageLock, ref: ImageRef) -> str:
+    """The lock file's entry for ``ref`` as a reader finds it: ``images.lock.yaml: <registry/repository:tag>``."""
+    return f"{lock.path.name if lock.path else DEFAULT_LOCK_FILE}: {ref.tagged}"

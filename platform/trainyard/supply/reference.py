@@ -68,6 +68,15 @@ class ImageRef:
         """The reference without its digest (the key of the image lock)."""
         return f"{self.name}:{self.tag}" if self.tag else self.name
 
+    @property
+    def tag_with_digest(self) -> str:
+        """``<tag>@<digest>``, or the tag alone where there is no digest: the ``tag`` value for a chart that
+        composes ``<repository>:<tag>``, so the reference it renders pulls by digest and keeps the tag for
+        readers (``name:tag@digest``: the runtime pulls the digest and ignores the tag)."""
+        if self.tag is None:
+            raise ValueError(f"{self}: names no tag")
+        return f"{self.tag}@{self.digest}" if self.digest else self.tag
+
     def with_digest(self, digest: str | None) -> ImageRef:
         return ImageRef(self.registry, self.repository, self.tag, digest)
 
