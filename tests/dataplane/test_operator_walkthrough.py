@@ -112,8 +112,7 @@ def run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 900) -
 def test_from_a_clone_to_preview_on_an_s3_backend_with_a_kms(
         state_bucket: str, kms: str, project: Path, tmp_path: Path) -> None:
     with private_cluster(tmp_path / "cluster", with_fake_nodes=True) as cluster:
-        host = state_bucket.removeprefix("http://")
-        backend = f"s3://{BUCKET}?endpoint={host}&disable_https=true&use_path_style=true&region={REGION}"
+        backend = f"s3://{BUCKET}?endpoint={state_bucket}&use_path_style=true&region={REGION}"
         provider = f"awskms://{ALIAS}?region={REGION}"
         env = {key: value for key, value in os.environ.items() if not key.startswith(("PULUMI_", "AWS_"))}
         env.update({

@@ -94,6 +94,7 @@ def test_a_stack_that_protects_data_refuses_a_local_backend_and_a_passphrase() -
     assert check_backend("file:///srv/state", protect_data=False).level == "ok"
     assert check_backend("s3://state?region=x", protect_data=True).level == "ok"
     assert check_backend("ftp://x", protect_data=False).level == "error"
+    assert "endpoint=https://s3.lab:9000" in check_backend("s3://b?endpoint=s3.lab:9000", protect_data=False).fix
     assert check_backend(None, protect_data=False).fix.startswith("pass --backend")
     refused = check_secrets_provider("passphrase", protect_data=True)
     assert refused.level == "error" and "awskms://" in refused.fix

@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     cmd.add_argument("action", choices=("preflight", "init"))
     cmd.add_argument("stack", metavar="STACK", help="stack name (prod = stacks/Pulumi.prod.yaml) or path")
     cmd.add_argument("--backend", metavar="URL", help="state backend (default: PULUMI_BACKEND_URL), e.g. "
-                     "s3://pulumi-state?region=eu-central-1&endpoint=s3.example.internal")
+                     "s3://pulumi-state?region=eu-central-1&endpoint=https://s3.example.internal")
     cmd.add_argument("--secrets-provider", metavar="URL", help="e.g. awskms://alias/trainyard-prod?region=..., "
                      "hashivault://trainyard-prod, azurekeyvault://..., gcpkms://...")
     cmd.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")

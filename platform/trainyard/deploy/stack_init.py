@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import yaml
 
@@ -47,7 +47,7 @@ SECRETS_PROVIDERS = {**KEY_SERVICE_PROVIDERS, "passphrase": "a passphrase (PULUM
                      "default": "the backend's default (Pulumi Cloud's keys; a passphrase on a self-managed backend)"}
 # Ref: https://www.pulumi.com/docs/iac/concepts/state-and-backends/#using-a-self-managed-backend
 BACKENDS = {
-    "s3": "an S3 bucket (AWS, or the site's MinIO/SeaweedFS/Ceph with ?endpoint=)",
+    "s3": "an S3 bucket (AWS, or the site's MinIO/SeaweedFS/Ceph with ?endpoint=https://...&use_path_style=true)",
     "azblob": "an Azure Blob container",
     "gs": "a Google Cloud Storage bucket",
     "postgres": "a PostgreSQL database",
@@ -104,6 +104,11 @@ def check_backend(url: str | None, protect_data: bool) -> Finding:
         return Finding("backend", "error", f"{url}: state on one machine's disk, for a stack that protects data",
                        "keep the state where the site keeps its data (an s3:// bucket on the object store, azblob://, "
                        "gs://, postgres://, a Pulumi service); file:// is for the rehearsal and for trials")
+    endpoint = parse_qs(urlsplit(url).query).get("endpoint", [""])[0]
+    if scheme == "s3" and endpoint and "://" not in endpoint:
+        # Ref: gocloud.dev aws.V2ConfigFromURLParams: `endpoint` becomes the SDK's endpoint URL as given.
+        return Finding("backend", "error", f"{redact(url)}: endpoint={endpoint} has no scheme",
+                       f"endpoint=https://{endpoint} (or http:// on a lab network)")
     return Finding("backend", "ok", f"{redact(url)}: {BACKENDS[scheme]}")
 
 
