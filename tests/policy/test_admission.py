@@ -15,7 +15,8 @@ import pytest
 from tests.conftest import ROOT, STACKS, needs_crds, rendered, stack
 from tests.policy import json_patch
 from tests.policy.cases import GOOD_IMAGE, TENANT_NS, container, pod, trainjob, with_change
-from trainyard.manifests import admission
+from trainyard.config.model import PlatformConfig
+from trainyard.manifests import admission, policy_params
 from trainyard.manifests.meta import KUEUE_FLAVOR_ANNOTATION, QUEUE_NAME_LABEL, TENANT_LABEL
 from trainyard.schemas import Validator
 
@@ -74,11 +75,22 @@ def test_every_cel_expression_parses() -> None:
             env.compile(expression)
 
 
+def tenant_params(config: PlatformConfig, namespace: str = TENANT_NS) -> dict[str, Any]:
+    """The ``trainyard-policy`` ConfigMap the stack renders in ``namespace``: what the binding's paramRef finds."""
+    by_namespace = {p["metadata"]["namespace"]: p for p in admission.tenant_params(config).values()}
+    return by_namespace[namespace]
+
+
 def admit(policy: dict[str, Any], obj: dict[str, Any], params: dict[str, Any] | None = None,
-          namespace_labels: dict[str, str] | None = None) -> bool:
-    """Evaluate a policy's variables, then its validations, the way the API server orders them."""
+          namespace_labels: dict[str, str] | None = None, config: PlatformConfig | None = None) -> bool:
+    """Evaluate a policy's variables, then its validations, the way the API server orders them.
+
+    A policy whose paramKind is ConfigMap gets, unless ``params`` says otherwise, the ``trainyard-policy``
+    ConfigMap that ``config`` (default: the prod stack) renders in the tenant namespace."""
     celpy = pytest.importorskip("celpy", reason="cel-python is not installed (dev dependency for CEL checks)")
     env = celpy.Environment()
+    if params is None and policy["spec"].get("paramKind") == policy_params.PARAM_KIND:
+        params = tenant_params(config or stack("prod").config)
     namespace = {"metadata": {"name": TENANT_NS, "labels": namespace_labels or {TENANT_LABEL: TENANT_NS}}}
     variables: dict[str, Any] = {}
 
@@ -105,8 +117,9 @@ LOCAL_QUEUE = {"metadata": {"name": "default", "namespace": TENANT_NS}}
 def test_cel_admits_a_sound_trainjob_and_pod() -> None:
     policies = prod_policies()
     job = trainjob()
-    for name in ("trainyard-trainjob-queue", "trainyard-trainjob-runtime", "trainyard-trainjob-image"):
-        assert admit(policies[name], job, params=LOCAL_QUEUE), name
+    assert admit(policies["trainyard-trainjob-queue"], job, params=LOCAL_QUEUE)
+    for name in ("trainyard-trainjob-runtime", "trainyard-trainjob-image", "trainyard-trainjob-inputs"):
+        assert admit(policies[name], job), name
     assert admit(policies["trainyard-pod-images"], pod())
 
 
@@ -121,7 +134,8 @@ def test_cel_admits_a_sound_trainjob_and_pod() -> None:
     ("trainyard-training-runtimes", {"kind": "TrainingRuntime", "metadata": {"name": "mine", "namespace": TENANT_NS}}),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_cel_denies_what_the_review_rules_flag(policy: str, obj: dict[str, Any]) -> None:
-    assert not admit(prod_policies()[policy], obj, params=LOCAL_QUEUE)
+    params = LOCAL_QUEUE if policy == "trainyard-trainjob-queue" else None
+    assert not admit(prod_policies()[policy], obj, params=params)
 
 
 def test_cel_lets_an_allowed_tenant_define_and_use_its_own_runtimes() -> None:
@@ -129,8 +143,58 @@ def test_cel_lets_an_allowed_tenant_define_and_use_its_own_runtimes() -> None:
     allowed = config.security.admission.model_copy(update={"training_runtime_tenants": (TENANT_NS,)})
     config = config.model_copy(update={"security": config.security.model_copy(update={"admission": allowed})})
     job = with_change(trainjob(), "spec.runtimeRef", {"kind": "TrainingRuntime", "name": "mine"})
-    assert admit(admission.trainjob_runtime_policy(config), job)
-    assert admit(admission.training_runtimes_policy(config), {"kind": "TrainingRuntime", "metadata": {}})
+    assert admit(admission.trainjob_runtime_policy(config), job, config=config)
+    assert admit(admission.training_runtimes_policy(), {"kind": "TrainingRuntime", "metadata": {}}, config=config)
+    # The same objects with the prod stack's params (the tenant is not allowed): refused.
+    assert not admit(admission.trainjob_runtime_policy(config), job)
+    assert not admit(admission.training_runtimes_policy(), {"kind": "TrainingRuntime", "metadata": {}})
+
+
+def test_the_tenant_policies_take_the_namespace_params_and_fail_closed() -> None:
+    """Every policy that reads tenant data reads it from the ``trainyard-policy`` ConfigMap of the request's
+    namespace (no namespace in the paramRef) and refuses where there is none."""
+    config = stack("staging").config  # serving on, tenants with a default priority class
+    objects = [o for concern in ("admission", "serving-admission", "trainjob-resources")
+               for o in rendered("staging").concern(concern).objects]
+    policies = {(o["kind"], o["metadata"]["name"]): o for o in objects if not o["kind"].endswith("Binding")
+                and o["spec"].get("paramKind") == policy_params.PARAM_KIND}
+    assert {name for _, name in policies} == {
+        "trainyard-isvc-exposure", "trainyard-isvc-storage", "trainyard-trainjob-default-priority",
+        "trainyard-trainjob-inputs", "trainyard-trainjob-resources", "trainyard-trainjob-runtime",
+        "trainyard-training-runtimes"}
+    bindings = {(o["kind"].removesuffix("Binding"), o["spec"]["policyName"]): o for o in objects
+                if o["kind"].endswith("Binding")}
+    for key, policy in policies.items():
+        assert bindings[key]["spec"]["paramRef"] == {"name": "trainyard-policy", "parameterNotFoundAction": "Deny"}
+        assert policy["spec"]["failurePolicy"] == "Fail"
+        assert policy["spec"]["variables"][0] == policy_params.VARIABLE
+    tenants = rendered("staging").concern("admission").tenant_objects
+    assert {t: [o["metadata"]["name"] for o in objs] for t, objs in tenants.items()} == {
+        t.name: ["trainyard-policy"] for t in config.tenants}
+
+
+def test_the_params_hold_the_tenant_data_one_key_per_fact() -> None:
+    data = tenant_params(stack("staging").config, "assistant")["data"]
+    assert data["dataset.support-chat.uri"] == "s3://stg-assistant-datasets/support-chat/train.jsonl"
+    assert data["dataset.support-chat.name"] == "support-chat"
+    assert data["serving.model-bucket"] == "stg-assistant-models"
+    assert data["own-training-runtimes"] == "false"
+    assert data["tenant"] == "assistant"
+
+
+def test_cel_reads_the_approved_entries_from_the_params_only() -> None:
+    """The same TrainJob is admitted or refused by what the namespace's params say, the policy unchanged."""
+    config = stack("staging").config
+    params = tenant_params(config, "assistant")
+    entry = config.lineage.approved_for("assistant").datasets[0]
+    job = with_change(trainjob(), "spec.initializer", {"dataset": {"storageUri": entry.uri}})
+    job = with_change(job, "spec.trainer.env", [{"name": "TRAINYARD_DATASET_VERSION", "value": entry.version},
+                                                {"name": "TRAINYARD_DATASET_DIGEST", "value": entry.digest}])
+    policy = admission.trainjob_inputs_policy()
+    assert admit(policy, job, params=params)
+    assert not admit(policy, job, params={"metadata": {"name": "trainyard-policy"}})  # no data: nothing approved
+    moved = {**params, "data": {**params["data"], "dataset.support-chat.version": "another-version"}}
+    assert not admit(policy, job, params=moved)
 
 
 def test_cel_list_literals_escape_quotes() -> None:
