@@ -16,8 +16,8 @@ from tests.conftest import ROOT, STACKS, needs_crds, rendered, stack
 from tests.policy import json_patch
 from tests.policy.cases import GOOD_IMAGE, TENANT_NS, container, pod, trainjob, with_change
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import admission, policy_params
-from trainyard.manifests.meta import KUEUE_FLAVOR_ANNOTATION, QUEUE_NAME_LABEL, TENANT_LABEL
+from trainyard.manifests import admission, policy_params, serving_admission
+from trainyard.manifests.meta import KUEUE_FLAVOR_ANNOTATION, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, TENANT_LABEL
 from trainyard.schemas import Validator
 
 KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
@@ -207,7 +207,7 @@ def test_cel_list_literals_escape_quotes() -> None:
 SHARING = ROOT / "tests" / "fixtures" / "stacks" / "Pulumi.gpu-sharing.yaml"
 
 
-def mutate(policy: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
+def mutate(policy: dict[str, Any], obj: dict[str, Any], params: dict[str, Any] | None = None) -> dict[str, Any]:
     """``obj`` after a JSONPatch mutation: variables, then the patch expression, then the patches applied.
 
     cel-python has no ``JSONPatch`` type (a Kubernetes addition to CEL): each ``JSONPatch{op: ..}`` is read as
@@ -217,13 +217,33 @@ def mutate(policy: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
     variables: dict[str, Any] = {}
 
     def evaluate(expression: str) -> Any:
-        activation = {"object": obj, "variables": variables}
+        activation = {"object": obj, "variables": variables, "params": params or {}}
         return _plain(env.program(env.compile(expression)).evaluate(
             {k: celpy.json_to_cel(v) for k, v in activation.items()}))
 
     for variable in policy["spec"].get("variables", []):
         variables[variable["name"]] = evaluate(variable["expression"])
     return json_patch.applied(obj, evaluate(json_patch.as_maps(policy["spec"]["mutations"][0]["jsonPatch"]["expression"])))
+
+
+def test_cel_labels_an_unlabelled_trainjob_with_the_default_priority_class_its_params_name() -> None:
+    config = stack("staging").config
+    (policy, binding) = admission.default_priority_policy(config)
+    assert binding["spec"]["paramRef"] == policy_params.PARAM_REF
+    job = trainjob({QUEUE_NAME_LABEL: "default"})
+    params = tenant_params(config, "assistant")
+    assert params["data"]["default-priority-class"] == "standard"
+    labelled = mutate(policy, job, params)["metadata"]["labels"]
+    assert labelled[PRIORITY_CLASS_LABEL] == "standard"
+    # Another class in the params is another label, with the policy unchanged; none there: no label.
+    moved = {**params, "data": {**params["data"], "default-priority-class": "critical"}}
+    assert mutate(policy, job, moved)["metadata"]["labels"][PRIORITY_CLASS_LABEL] == "critical"
+    without = {**params, "data": {k: v for k, v in params["data"].items() if k != "default-priority-class"}}
+    assert PRIORITY_CLASS_LABEL not in mutate(policy, job, without)["metadata"]["labels"]
+    # A label the job sets is kept.
+    assert mutate(policy, trainjob(), params)["metadata"]["labels"][PRIORITY_CLASS_LABEL] == "standard"
+    assert mutate(policy, trainjob({QUEUE_NAME_LABEL: "default", PRIORITY_CLASS_LABEL: "preemptible"}),
+                  params)["metadata"]["labels"][PRIORITY_CLASS_LABEL] == "preemptible"
 
 
 def flavor_policy(config: Any = None) -> dict[str, Any]:
@@ -283,3 +303,25 @@ def test_cel_names_no_flavor_where_the_node_selector_holds_two_flavors_labels() 
 def test_no_flavor_policy_without_a_flavor_that_has_node_labels() -> None:
     config = stack("prod").config
     assert admission.kueue_flavor_policy(config.model_copy(update={"gpu_pools": ()})) == []
+
+
+def test_cel_holds_an_inference_service_to_the_model_bucket_and_exposure_its_params_name() -> None:
+    config = stack("staging").config
+    params = tenant_params(config, "assistant")
+    storage, exposure = serving_admission.storage_policy(), serving_admission.exposure_policy()
+
+    def isvc(uri: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+        return {"kind": "InferenceService", "metadata": {"name": "chat", "namespace": "assistant", "labels": labels or {}},
+                "spec": {"predictor": {"model": {"runtime": "vllm-openai", "storageUri": uri}}}}
+
+    own, other = "s3://stg-assistant-models/chat/1/", "s3://stg-eval-models/chat/1/"
+    assert admit(storage, isvc(own), params=params)
+    assert not admit(storage, isvc(other), params=params)
+    # Granting eval's bucket is a change of the key, not of the policy.
+    granted = {**params, "data": {**params["data"], "serving.model-bucket": "stg-eval-models"}}
+    assert admit(storage, isvc(other), params=granted)
+    assert not admit(storage, isvc(own), params={"metadata": {"name": "trainyard-policy"}})
+    assert not admit(exposure, isvc(own), params=params)
+    assert admit(exposure, isvc(own, {"networking.kserve.io/visibility": "cluster-local"}), params=params)
+    public = {**params, "data": {**params["data"], "serving.public": "true"}}
+    assert admit(exposure, isvc(own), params=public)

@@ -344,20 +344,20 @@ def default_priority_policy(config: PlatformConfig) -> list[Manifest]:
     if not any(t.default_priority_class for t in config.tenants):
         return []
     key = PRIORITY_CLASS_LABEL.replace("~", "~0").replace("/", "~1")  # RFC 6901 escaping
-    missing = (f"variables.default != '' && !(has(object.metadata.labels) && "
+    missing = (f"variables.defaultPriorityClass != '' && !(has(object.metadata.labels) && "
                f"{json.dumps(PRIORITY_CLASS_LABEL)} in object.metadata.labels)")
     # Two operations when the job has no labels at all (add the map, then the key), never a map value
     # with the key in it: the same shape the data cache's policy found kube-apiserver 1.36.3 to accept.
     expression = (f"!({missing}) ? [] : (has(object.metadata.labels) ? [] : "
                   '[JSONPatch{op: "add", path: "/metadata/labels", value: {}}]) + '
                   f'[JSONPatch{{op: "add", path: "/metadata/labels/{key}", '
-                  "value: variables.default}]")
+                  "value: variables.defaultPriorityClass}]")
     rule = {**_rule(TRAINER_GROUP, TRAINER_VERSION, "trainjobs"), "operations": ["CREATE"]}
     policy = {"apiVersion": API, "kind": "MutatingAdmissionPolicy", "metadata": metadata(DEFAULT_PRIORITY_POLICY),
               "spec": {"failurePolicy": "Fail", "paramKind": dict(policy_params.PARAM_KIND),
                        "reinvocationPolicy": "Never",
                        "matchConstraints": {"resourceRules": [rule]},
-                       "variables": [policy_params.VARIABLE, {"name": "default",
+                       "variables": [policy_params.VARIABLE, {"name": "defaultPriorityClass",
                                       "expression": policy_params.value_cel(policy_params.DEFAULT_PRIORITY_CLASS)}],
                        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}]}}
     return [policy, mutating_binding_for(policy)]
