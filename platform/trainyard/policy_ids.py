@@ -43,6 +43,7 @@ RULE_IDS: frozenset[str] = frozenset({
     "tenant-psa-restricted",
     "psa-no-weaker-level",
     "psa-exception-exclusive",
+    "tenant-policy-params",
     # policy/data_cache.py
     "data-cache-rbac-scoped",
     # policy/exposure.py

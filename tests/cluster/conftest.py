@@ -165,6 +165,13 @@ def private_cluster(state_dir: Path, with_fake_nodes: bool = True) -> Iterator[C
         plane.down()
 
 
+def policy_params(platform: Any) -> list[Manifest]:
+    """The admission policies' params, the ``trainyard-policy`` ConfigMap of every tenant namespace, as rendered
+    (manifests/policy_params.py): a parameterised policy refuses in a namespace without them."""
+    return [o for objects in platform.concern("admission").tenant_objects.values() for o in objects
+            if o["kind"] == "ConfigMap"]
+
+
 @contextmanager
 def bare_api_server(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Cluster]:
     """A private control plane without controllers or fake nodes (admission and API tests); skips when not built."""

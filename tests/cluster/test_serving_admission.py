@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import Cluster
+from tests.cluster.conftest import Cluster, policy_params
 from tests.conftest import rendered
 from trainyard.manifests.meta import TENANT_LABEL
 from trainyard.manifests.serving import CLUSTER_LOCAL, VISIBILITY_LABEL
@@ -96,7 +96,7 @@ def serving_admission(cluster: Cluster) -> Cluster:
     namespaces = [o for o in platform.objects if o["kind"] == "Namespace" and TENANT_LABEL in o["metadata"]["labels"]]
     policies = list(platform.concern("serving-admission").objects)
     assert len(policies) == 10
-    for batch in (crds, namespaces, policies):
+    for batch in (crds, namespaces, policy_params(platform), policies):
         cluster.create_missing(batch)
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=120s",
                     *[f"crd/{c['metadata']['name']}" for c in crds])

@@ -5,12 +5,16 @@ namespace's tenant, ``spec.trainer.env`` pins them (dataset version and digest, 
 literals, and what the run records of the entry (URI, name, licence, classification), where set, is the
 entry's, also as a literal.
 
-The private control plane (``bare_api_server``) gets Trainer's CRDs, the local stack's tenant namespaces and
+The private control plane (``bare_api_server``) gets Trainer's CRDs, the local stack's tenant namespaces with
+their ``trainyard-policy`` ConfigMaps (the policy's params: the approved entries, one key per field), and
 the policy with its binding, as rendered. Each TrainJob is sent with a server-side dry run (``kubectl create
 --dry-run=server``): schema validation and the policy run, nothing is stored. Only this policy is applied
 (the queue policy needs Kueue's LocalQueues as params; the rehearsal's tests cover it), so every refusal
 here is this policy's. The approved entries are the local stack's ``lineage`` (team-a: one dataset, one
 base model; team-b: none); ``tests/policy/test_lineage.py`` checks the same CEL with cel-python.
+
+The params are data the policy reads at admission: a tenant namespace without them is refused
+(``parameterNotFoundAction: Deny``), and a changed ConfigMap changes the decision with the policy untouched.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.conftest import Cluster, bare_api_server
+from tests.cluster.conftest import Cluster, bare_api_server, policy_params
 from tests.conftest import rendered, stack
 from trainyard import catalog
 from trainyard.config.lineage import (
@@ -131,7 +135,7 @@ def inputs_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
     assert [o["kind"] for o in policy] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     with bare_api_server(tmp_path_factory, "trainjob-inputs") as cluster:
         cluster.kubectl("apply", "--server-side", "--field-manager=trainyard", "-f", "-",
-                        stdin=yaml.safe_dump_all([*crds, *namespaces]))
+                        stdin=yaml.safe_dump_all([*crds, *namespaces, *policy_params(platform)]))
         cluster.wait_established(*(c["metadata"]["name"] for c in crds))
         cluster.kubectl("apply", "--server-side", "--field-manager=trainyard", "-f", "-", stdin=yaml.safe_dump_all(policy))
         # Established is not yet served, and a new policy takes effect once the API server's policy informer
@@ -162,3 +166,49 @@ def test_a_trainjob_with_approved_pinned_inputs_is_admitted(inputs_cluster: Clus
     print(f"{case}: exit {code}: {output}")
     assert code == 0, output
     assert output == "trainjob.trainer.kubeflow.org/probe"
+
+
+def params_of(namespace: str) -> dict[str, Any]:
+    return next(p for p in policy_params(rendered(STACK)) if p["metadata"]["namespace"] == namespace)
+
+
+def test_a_tenant_namespace_without_params_is_refused(inputs_cluster: Cluster) -> None:
+    """``parameterNotFoundAction: Deny``: a namespace labelled as a tenant's but without its ``trainyard-policy``
+    ConfigMap admits no TrainJob, not even one that names no input."""
+    namespace = "team-without-params"
+    inputs_cluster.create_missing([{"apiVersion": "v1", "kind": "Namespace",
+                                    "metadata": {"name": namespace, "labels": {TENANT_LABEL: namespace}}}])
+    code, output = dry_run(inputs_cluster, trainjob(namespace=namespace, dataset=None, model=None, env=[]))
+    print(f"no params: exit {code}: {output}")
+    assert code != 0
+    assert f"'{POLICY}'" in output and "no params found" in output, output
+    # The same TrainJob in a namespace with params is admitted (ALLOWED["no initializer"]).
+    assert dry_run(inputs_cluster, trainjob(dataset=None, model=None, env=[]))[0] == 0
+
+
+def test_a_changed_params_config_map_changes_the_decision_without_touching_the_policy(inputs_cluster: Cluster) -> None:
+    """team-b may not read team-a's dataset; its params granting the entry (the keys a stack change approving it
+    for team-b renders) admit the same TrainJob; restoring the params refuses it again. The policy's
+    resourceVersion does not move."""
+    job = trainjob(namespace=OTHER, model=None, env=with_env(BASE_MODEL_REVISION_ENV, None))
+    before = inputs_cluster.get_json("validatingadmissionpolicy", POLICY)["metadata"]
+    rendered_params = params_of(OTHER)
+    granted = copy.deepcopy(rendered_params)
+    granted["data"].update({k: v for k, v in params_of(TENANT)["data"].items()
+                            if k.startswith(f"dataset.{DATASET.name}.")})
+
+    def apply(params: dict[str, Any]) -> None:
+        inputs_cluster.kubectl("apply", "--server-side", "--field-manager=trainyard", "-f", "-",
+                               stdin=yaml.safe_dump(params))
+
+    assert dry_run(inputs_cluster, job)[0] != 0
+    try:
+        apply(granted)
+        wait_until("the granted params to take effect", lambda: dry_run(inputs_cluster, job)[0] == 0, 60, interval=1)
+    finally:
+        apply(rendered_params)
+    wait_until("the restored params to take effect", lambda: dry_run(inputs_cluster, job)[0] != 0, 60, interval=1)
+    output = dry_run(inputs_cluster, job)[1]
+    assert f"denied request: {DATASET_DENIED}" in output, output
+    after = inputs_cluster.get_json("validatingadmissionpolicy", POLICY)["metadata"]
+    assert (after["resourceVersion"], after["generation"]) == (before["resourceVersion"], before["generation"])

@@ -21,6 +21,7 @@ from tests import job_shapes
 from tests.cluster.conftest import Cluster, bare_api_server
 from tests.conftest import ROOT, rendered
 from trainyard import catalog
+from trainyard.manifests import admission
 from trainyard.manifests import trainjob_resources as tr
 from trainyard.manifests.meta import TENANT_LABEL
 from trainyard.rehearsal.kube import wait_until
@@ -47,8 +48,10 @@ def shapes_cluster(tmp_path_factory: pytest.TempPathFactory, shapes_config: Any)
     concern = tr.build(shapes_config, platform.concern("runtimes").objects).objects
     assert len(concern) == 4
     with bare_api_server(tmp_path_factory, "trainjob-resources") as cluster:
+        # The validating policy reads which flavors a namespace's queue offers from its params.
+        params = list(admission.tenant_params(shapes_config).values())
         cluster.kubectl("apply", "--server-side", "--field-manager=trainyard", "-f", "-",
-                        stdin=yaml.safe_dump_all([*crds, *namespaces]))
+                        stdin=yaml.safe_dump_all([*crds, *namespaces, *params]))
         cluster.wait_established(*(c["metadata"]["name"] for c in crds))
         cluster.kubectl("apply", "--server-side", "--field-manager=trainyard", "-f", "-", stdin=yaml.safe_dump_all(concern))
         probe = yaml.safe_dump(job_shapes.Case("whole", job_shapes.SHAPES[0], "torch-distributed", "", 0).trainjob("probe"))

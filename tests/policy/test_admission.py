@@ -15,8 +15,9 @@ import pytest
 from tests.conftest import ROOT, STACKS, needs_crds, rendered, stack
 from tests.policy import json_patch
 from tests.policy.cases import GOOD_IMAGE, TENANT_NS, container, pod, trainjob, with_change
-from trainyard.manifests import admission
-from trainyard.manifests.meta import KUEUE_FLAVOR_ANNOTATION, QUEUE_NAME_LABEL, TENANT_LABEL
+from trainyard.config.model import PlatformConfig
+from trainyard.manifests import admission, policy_params, serving_admission
+from trainyard.manifests.meta import KUEUE_FLAVOR_ANNOTATION, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, TENANT_LABEL
 from trainyard.schemas import Validator
 
 KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
@@ -74,11 +75,22 @@ def test_every_cel_expression_parses() -> None:
             env.compile(expression)
 
 
+def tenant_params(config: PlatformConfig, namespace: str = TENANT_NS) -> dict[str, Any]:
+    """The ``trainyard-policy`` ConfigMap the stack renders in ``namespace``: what the binding's paramRef finds."""
+    by_namespace = {p["metadata"]["namespace"]: p for p in admission.tenant_params(config).values()}
+    return by_namespace[namespace]
+
+
 def admit(policy: dict[str, Any], obj: dict[str, Any], params: dict[str, Any] | None = None,
-          namespace_labels: dict[str, str] | None = None) -> bool:
-    """Evaluate a policy's variables, then its validations, the way the API server orders them."""
+          namespace_labels: dict[str, str] | None = None, config: PlatformConfig | None = None) -> bool:
+    """Evaluate a policy's variables, then its validations, the way the API server orders them.
+
+    A policy whose paramKind is ConfigMap gets, unless ``params`` says otherwise, the ``trainyard-policy``
+    ConfigMap that ``config`` (default: the prod stack) renders in the tenant namespace."""
     celpy = pytest.importorskip("celpy", reason="cel-python is not installed (dev dependency for CEL checks)")
     env = celpy.Environment()
+    if params is None and policy["spec"].get("paramKind") == policy_params.PARAM_KIND:
+        params = tenant_params(config or stack("prod").config)
     namespace = {"metadata": {"name": TENANT_NS, "labels": namespace_labels or {TENANT_LABEL: TENANT_NS}}}
     variables: dict[str, Any] = {}
 
@@ -105,8 +117,9 @@ LOCAL_QUEUE = {"metadata": {"name": "default", "namespace": TENANT_NS}}
 def test_cel_admits_a_sound_trainjob_and_pod() -> None:
     policies = prod_policies()
     job = trainjob()
-    for name in ("trainyard-trainjob-queue", "trainyard-trainjob-runtime", "trainyard-trainjob-image"):
-        assert admit(policies[name], job, params=LOCAL_QUEUE), name
+    assert admit(policies["trainyard-trainjob-queue"], job, params=LOCAL_QUEUE)
+    for name in ("trainyard-trainjob-runtime", "trainyard-trainjob-image", "trainyard-trainjob-inputs"):
+        assert admit(policies[name], job), name
     assert admit(policies["trainyard-pod-images"], pod())
 
 
@@ -121,7 +134,8 @@ def test_cel_admits_a_sound_trainjob_and_pod() -> None:
     ("trainyard-training-runtimes", {"kind": "TrainingRuntime", "metadata": {"name": "mine", "namespace": TENANT_NS}}),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_cel_denies_what_the_review_rules_flag(policy: str, obj: dict[str, Any]) -> None:
-    assert not admit(prod_policies()[policy], obj, params=LOCAL_QUEUE)
+    params = LOCAL_QUEUE if policy == "trainyard-trainjob-queue" else None
+    assert not admit(prod_policies()[policy], obj, params=params)
 
 
 def test_cel_lets_an_allowed_tenant_define_and_use_its_own_runtimes() -> None:
@@ -129,8 +143,58 @@ def test_cel_lets_an_allowed_tenant_define_and_use_its_own_runtimes() -> None:
     allowed = config.security.admission.model_copy(update={"training_runtime_tenants": (TENANT_NS,)})
     config = config.model_copy(update={"security": config.security.model_copy(update={"admission": allowed})})
     job = with_change(trainjob(), "spec.runtimeRef", {"kind": "TrainingRuntime", "name": "mine"})
-    assert admit(admission.trainjob_runtime_policy(config), job)
-    assert admit(admission.training_runtimes_policy(config), {"kind": "TrainingRuntime", "metadata": {}})
+    assert admit(admission.trainjob_runtime_policy(config), job, config=config)
+    assert admit(admission.training_runtimes_policy(), {"kind": "TrainingRuntime", "metadata": {}}, config=config)
+    # The same objects with the prod stack's params (the tenant is not allowed): refused.
+    assert not admit(admission.trainjob_runtime_policy(config), job)
+    assert not admit(admission.training_runtimes_policy(), {"kind": "TrainingRuntime", "metadata": {}})
+
+
+def test_the_tenant_policies_take_the_namespace_params_and_fail_closed() -> None:
+    """Every policy that reads tenant data reads it from the ``trainyard-policy`` ConfigMap of the request's
+    namespace (no namespace in the paramRef) and refuses where there is none."""
+    config = stack("staging").config  # serving on, tenants with a default priority class
+    objects = [o for concern in ("admission", "serving-admission", "trainjob-resources")
+               for o in rendered("staging").concern(concern).objects]
+    policies = {(o["kind"], o["metadata"]["name"]): o for o in objects if not o["kind"].endswith("Binding")
+                and o["spec"].get("paramKind") == policy_params.PARAM_KIND}
+    assert {name for _, name in policies} == {
+        "trainyard-isvc-exposure", "trainyard-isvc-storage", "trainyard-trainjob-default-priority",
+        "trainyard-trainjob-inputs", "trainyard-trainjob-resources", "trainyard-trainjob-runtime",
+        "trainyard-training-runtimes"}
+    bindings = {(o["kind"].removesuffix("Binding"), o["spec"]["policyName"]): o for o in objects
+                if o["kind"].endswith("Binding")}
+    for key, policy in policies.items():
+        assert bindings[key]["spec"]["paramRef"] == {"name": "trainyard-policy", "parameterNotFoundAction": "Deny"}
+        assert policy["spec"]["failurePolicy"] == "Fail"
+        assert policy["spec"]["variables"][0] == policy_params.VARIABLE
+    tenants = rendered("staging").concern("admission").tenant_objects
+    assert {t: [o["metadata"]["name"] for o in objs] for t, objs in tenants.items()} == {
+        t.name: ["trainyard-policy"] for t in config.tenants}
+
+
+def test_the_params_hold_the_tenant_data_one_key_per_fact() -> None:
+    data = tenant_params(stack("staging").config, "assistant")["data"]
+    assert data["dataset.support-chat.uri"] == "s3://stg-assistant-datasets/support-chat/train.jsonl"
+    assert data["dataset.support-chat.name"] == "support-chat"
+    assert data["serving.model-bucket"] == "stg-assistant-models"
+    assert data["own-training-runtimes"] == "false"
+    assert data["tenant"] == "assistant"
+
+
+def test_cel_reads_the_approved_entries_from_the_params_only() -> None:
+    """The same TrainJob is admitted or refused by what the namespace's params say, the policy unchanged."""
+    config = stack("staging").config
+    params = tenant_params(config, "assistant")
+    entry = config.lineage.approved_for("assistant").datasets[0]
+    job = with_change(trainjob(), "spec.initializer", {"dataset": {"storageUri": entry.uri}})
+    job = with_change(job, "spec.trainer.env", [{"name": "TRAINYARD_DATASET_VERSION", "value": entry.version},
+                                                {"name": "TRAINYARD_DATASET_DIGEST", "value": entry.digest}])
+    policy = admission.trainjob_inputs_policy()
+    assert admit(policy, job, params=params)
+    assert not admit(policy, job, params={"metadata": {"name": "trainyard-policy"}})  # no data: nothing approved
+    moved = {**params, "data": {**params["data"], "dataset.support-chat.version": "another-version"}}
+    assert not admit(policy, job, params=moved)
 
 
 def test_cel_list_literals_escape_quotes() -> None:
@@ -143,7 +207,7 @@ def test_cel_list_literals_escape_quotes() -> None:
 SHARING = ROOT / "tests" / "fixtures" / "stacks" / "Pulumi.gpu-sharing.yaml"
 
 
-def mutate(policy: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
+def mutate(policy: dict[str, Any], obj: dict[str, Any], params: dict[str, Any] | None = None) -> dict[str, Any]:
     """``obj`` after a JSONPatch mutation: variables, then the patch expression, then the patches applied.
 
     cel-python has no ``JSONPatch`` type (a Kubernetes addition to CEL): each ``JSONPatch{op: ..}`` is read as
@@ -153,13 +217,33 @@ def mutate(policy: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
     variables: dict[str, Any] = {}
 
     def evaluate(expression: str) -> Any:
-        activation = {"object": obj, "variables": variables}
+        activation = {"object": obj, "variables": variables, "params": params or {}}
         return _plain(env.program(env.compile(expression)).evaluate(
             {k: celpy.json_to_cel(v) for k, v in activation.items()}))
 
     for variable in policy["spec"].get("variables", []):
         variables[variable["name"]] = evaluate(variable["expression"])
     return json_patch.applied(obj, evaluate(json_patch.as_maps(policy["spec"]["mutations"][0]["jsonPatch"]["expression"])))
+
+
+def test_cel_labels_an_unlabelled_trainjob_with_the_default_priority_class_its_params_name() -> None:
+    config = stack("staging").config
+    (policy, binding) = admission.default_priority_policy(config)
+    assert binding["spec"]["paramRef"] == policy_params.PARAM_REF
+    job = trainjob({QUEUE_NAME_LABEL: "default"})
+    params = tenant_params(config, "assistant")
+    assert params["data"]["default-priority-class"] == "standard"
+    labelled = mutate(policy, job, params)["metadata"]["labels"]
+    assert labelled[PRIORITY_CLASS_LABEL] == "standard"
+    # Another class in the params is another label, with the policy unchanged; none there: no label.
+    moved = {**params, "data": {**params["data"], "default-priority-class": "critical"}}
+    assert mutate(policy, job, moved)["metadata"]["labels"][PRIORITY_CLASS_LABEL] == "critical"
+    without = {**params, "data": {k: v for k, v in params["data"].items() if k != "default-priority-class"}}
+    assert PRIORITY_CLASS_LABEL not in mutate(policy, job, without)["metadata"]["labels"]
+    # A label the job sets is kept.
+    assert mutate(policy, trainjob(), params)["metadata"]["labels"][PRIORITY_CLASS_LABEL] == "standard"
+    assert mutate(policy, trainjob({QUEUE_NAME_LABEL: "default", PRIORITY_CLASS_LABEL: "preemptible"}),
+                  params)["metadata"]["labels"][PRIORITY_CLASS_LABEL] == "preemptible"
 
 
 def flavor_policy(config: Any = None) -> dict[str, Any]:
@@ -219,3 +303,25 @@ def test_cel_names_no_flavor_where_the_node_selector_holds_two_flavors_labels() 
 def test_no_flavor_policy_without_a_flavor_that_has_node_labels() -> None:
     config = stack("prod").config
     assert admission.kueue_flavor_policy(config.model_copy(update={"gpu_pools": ()})) == []
+
+
+def test_cel_holds_an_inference_service_to_the_model_bucket_and_exposure_its_params_name() -> None:
+    config = stack("staging").config
+    params = tenant_params(config, "assistant")
+    storage, exposure = serving_admission.storage_policy(), serving_admission.exposure_policy()
+
+    def isvc(uri: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+        return {"kind": "InferenceService", "metadata": {"name": "chat", "namespace": "assistant", "labels": labels or {}},
+                "spec": {"predictor": {"model": {"runtime": "vllm-openai", "storageUri": uri}}}}
+
+    own, other = "s3://stg-assistant-models/chat/1/", "s3://stg-eval-models/chat/1/"
+    assert admit(storage, isvc(own), params=params)
+    assert not admit(storage, isvc(other), params=params)
+    # Granting eval's bucket is a change of the key, not of the policy.
+    granted = {**params, "data": {**params["data"], "serving.model-bucket": "stg-eval-models"}}
+    assert admit(storage, isvc(other), params=granted)
+    assert not admit(storage, isvc(own), params={"metadata": {"name": "trainyard-policy"}})
+    assert not admit(exposure, isvc(own), params=params)
+    assert admit(exposure, isvc(own, {"networking.kserve.io/visibility": "cluster-local"}), params=params)
+    public = {**params, "data": {**params["data"], "serving.public": "true"}}
+    assert admit(exposure, isvc(own), params=public)

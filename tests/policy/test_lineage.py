@@ -53,7 +53,7 @@ SCOPES = {"platform-wide": Lineage(datasets=(DATASET,), base_models=(MODEL,)),
 def test_an_approved_pinned_trainjob_passes_review_and_admission(scope: str) -> None:
     config = config_with(SCOPES[scope])
     assert findings(config, job()) == []
-    assert admit(admission.trainjob_inputs_policy(config), job())
+    assert admit(admission.trainjob_inputs_policy(), job(), config=config)
 
 
 @pytest.mark.parametrize(("case", "obj", "message"), [
@@ -70,7 +70,7 @@ def test_review_and_admission_refuse_what_is_not_approved_at_its_version(case: s
                                                                         message: str) -> None:
     config = config_with(SCOPES["platform-wide"])
     assert any(message in f for f in findings(config, obj)), findings(config, obj)
-    assert not admit(admission.trainjob_inputs_policy(config), obj)
+    assert not admit(admission.trainjob_inputs_policy(), obj, config=config)
 
 
 def test_another_tenants_entries_are_not_approved_here() -> None:
@@ -78,7 +78,7 @@ def test_another_tenants_entries_are_not_approved_here() -> None:
     dataset_only = with_change(job(), "spec.initializer", {"dataset": {"storageUri": DATASET.uri}})
     assert any("is not an approved dataset of tenant llm-research (approved: none)" in f
                for f in findings(config, dataset_only))
-    assert not admit(admission.trainjob_inputs_policy(config), dataset_only)
+    assert not admit(admission.trainjob_inputs_policy(), dataset_only, config=config)
 
 
 # The rest of each entry, in the same environment: what the reference program records in the MLflow run.
@@ -94,7 +94,7 @@ def test_the_pins_lineage_gives_are_what_review_and_admission_accept(scope: str)
     assert pins == {**{p["name"]: p["value"] for p in PINS}, **RECORD, **MODEL_RECORD}
     pinned = job(env=[{"name": k, "value": v} for k, v in pins.items()])
     assert findings(config, pinned) == []
-    assert admit(admission.trainjob_inputs_policy(config), pinned)
+    assert admit(admission.trainjob_inputs_policy(), pinned, config=config)
     assert config.lineage.pins(TENANT_NS, dataset=DATASET.uri) == {**{p["name"]: p["value"] for p in PINS[:2]}, **RECORD}
     assert config.lineage.pins(TENANT_NS) == {}
 
@@ -115,10 +115,10 @@ def test_what_the_run_records_may_be_left_out_but_not_changed(variable: str, val
     env = [*PINS, *({"name": k, "value": v} for k, v in recorded.items() if k != variable), entry]
     assert any(variable in f and "the run records it" in f for f in findings(config, job(env=env))), \
         findings(config, job(env=env))
-    assert not admit(admission.trainjob_inputs_policy(config), job(env=env))
+    assert not admit(admission.trainjob_inputs_policy(), job(env=env), config=config)
     left_out = [*PINS, *({"name": k, "value": v} for k, v in recorded.items() if k != variable)]
     assert findings(config, job(env=left_out)) == []
-    assert admit(admission.trainjob_inputs_policy(config), job(env=left_out))
+    assert admit(admission.trainjob_inputs_policy(), job(env=left_out), config=config)
 
 def test_pins_for_an_input_that_is_not_approved_name_it_and_the_approved_ones() -> None:
     config = config_with(SCOPES["the tenant's own"])
@@ -133,7 +133,7 @@ def test_pins_for_an_input_that_is_not_approved_name_it_and_the_approved_ones() 
 def test_a_trainjob_without_initializers_is_not_concerned() -> None:
     config = config_with(Lineage())
     assert findings(config, trainjob()) == []
-    assert admit(admission.trainjob_inputs_policy(config), trainjob())
+    assert admit(admission.trainjob_inputs_policy(), trainjob(), config=config)
 
 
 @pytest.mark.parametrize(("change", "message"), [

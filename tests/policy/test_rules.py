@@ -164,6 +164,7 @@ CASES: dict[str, Case] = {
                                          [_tenant_namespace("x"), _namespace_named(objs, "gpu-operator")]),
     "psa-exception-exclusive": lambda objs: (
         [*objs, _claiming_exception("x"), with_change(pod(), "metadata.namespace", "gpu-operator")], objs),
+    "tenant-policy-params": lambda objs: (_params_tampered(objs), objs),
     "data-cache-rbac-scoped": lambda objs: ([*objs, _cache_initializer_binding("ClusterRoleBinding")], objs),
     "no-exposed-services": lambda _: ([_service("LoadBalancer")], [_service("ClusterIP")]),
     "netpol-no-internet-egress": lambda _: ([_egress_policy({"ipBlock": {"cidr": "0.0.0.0/0"}})],
@@ -190,6 +191,42 @@ CASES: dict[str, Case] = {
     "images-in-bom": lambda objs: ([*objs, _deployment("quay.io/someone/exporter:v1")], objs),
     "chart-images-known": lambda objs: (objs, objs),  # the releases differ, see _context
 }
+
+
+def _params_tampered(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tenant's params granting a dataset the stack does not approve."""
+    return _replace(objs, "ConfigMap", "trainyard-policy", lambda cm: cm["data"].update(
+        {"dataset.x.name": "x"}) if cm["metadata"]["namespace"] == TENANT_NS else None)
+
+
+def _config_map_writer(verbs: list[str], resource_names: list[str] | None = None) -> dict[str, Any]:
+    rule: dict[str, Any] = {"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs}
+    if resource_names:
+        rule["resourceNames"] = resource_names
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "cm", "namespace": TENANT_NS}, "rules": [rule]}
+
+
+def _findings(rule_id: str, objects: Objects) -> list[str]:
+    return [f.message for f in run_rules([RULES_BY_ID[rule_id]], objects, _context(rule_id, flagged=True))]
+
+
+@needs_crds
+def test_tenant_policy_params_are_the_stacks_own_and_no_tenant_may_write_them() -> None:
+    objs = list(rendered("prod").all_objects)
+    missing = [o for o in objs if not (o["kind"] == "ConfigMap" and o["metadata"]["name"] == "trainyard-policy"
+                                       and o["metadata"]["namespace"] == TENANT_NS)]
+    assert _findings("tenant-policy-params", missing) == [
+        f"tenant namespace {TENANT_NS} has no ConfigMap trainyard-policy: every parameterised admission policy "
+        "refuses requests there"]
+    assert _findings("tenant-policy-params", _params_tampered(objs)) == [
+        "data differs from what the stack's config renders, keys: dataset.x.name"]
+    assert _findings("tenant-policy-params", [*objs, _config_map_writer(["get", "patch"])]) == [
+        f"lets its subjects write ConfigMaps in tenant namespace {TENANT_NS}, among them the admission params "
+        "trainyard-policy"]
+    assert len(_findings("tenant-policy-params", [*objs, _config_map_writer(["*"], ["trainyard-policy"])])) == 1
+    assert _findings("tenant-policy-params", [*objs, _config_map_writer(["get", "list", "watch"]),
+                                              _config_map_writer(["update"], ["pins"])]) == []
 
 
 def _runtime_with_claims(policy: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import yaml
 from tests import job_shapes
 from tests.conftest import ROOT, rendered, stack
 from tests.policy import json_patch
+from trainyard.manifests import admission
 from trainyard.manifests import trainjob_resources as tr
 from trainyard.manifests.trainjob_resources import NodeResources
 from trainyard.quantity import parse_quantity
@@ -98,6 +99,12 @@ def shapes_policies(shapes_config: Any) -> tuple[dict[str, Any], dict[str, Any]]
     return tr.mutating_policy(shapes), tr.validating_policy(shapes, tr.tenant_flavors(shapes_config))
 
 
+def shapes_params(config: Any) -> dict[str, Any]:
+    """The params the stack renders in the shapes tenant's namespace (its queue's flavors among them)."""
+    return next(p for p in admission.tenant_params(config).values()
+                if p["metadata"]["namespace"] == job_shapes.TENANT_NAMESPACE)
+
+
 class _Quantity:
     def __init__(self, value: Fraction) -> None:
         self.value = value
@@ -137,13 +144,13 @@ def _program(expression: str) -> Any:
     return env.program(env.compile(expression.replace("jsonpatch.escapeKey(", "escapeKey(")), functions=_cel_functions())
 
 
-def _evaluator(obj: dict[str, Any]) -> Any:
+def _evaluator(obj: dict[str, Any], params: dict[str, Any] | None = None) -> Any:
     celpy = pytest.importorskip("celpy", reason="cel-python is not installed (dev dependency for CEL checks)")
     variables: dict[str, Any] = {}
     namespace = {"metadata": {"name": obj["metadata"]["namespace"]}}
 
     def evaluate(expression: str) -> Any:
-        activation = {"object": obj, "namespaceObject": namespace, "variables": variables}
+        activation = {"object": obj, "namespaceObject": namespace, "variables": variables, "params": params or {}}
         return _plain(_program(expression).evaluate({k: celpy.json_to_cel(v) for k, v in activation.items()}))
 
     return evaluate, variables
@@ -157,8 +164,9 @@ def mutate(policy: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
                               adds_only=True)
 
 
-def denials(policy: dict[str, Any], obj: dict[str, Any]) -> list[str]:
-    evaluate, variables = _evaluator(obj)
+def denials(policy: dict[str, Any], obj: dict[str, Any], params: dict[str, Any]) -> list[str]:
+    """The messages of the validations that fail, with ``params`` the namespace's ``trainyard-policy`` ConfigMap."""
+    evaluate, variables = _evaluator(obj, params)
     for variable in policy["spec"]["variables"]:
         variables[variable["name"]] = evaluate(variable["expression"])
     return [evaluate(v["messageExpression"]) for v in policy["spec"]["validations"] if not evaluate(v["expression"])]
@@ -182,7 +190,7 @@ def test_the_policies_cel_completes_and_refuses_as_the_python_rules(
         assert trainer["resourcesPerNode"] == completed.as_manifest()
     assert trainer.get("numProcPerNode") == num_proc
     # Each Python refusal has its CEL twin, with the same message (what `trainyard check` says is what kubectl shows).
-    assert denials(validating, job) == refused
+    assert denials(validating, job, shapes_params(shapes_config)) == refused
 
 
 def test_a_mig_torch_job_gets_one_process_per_slice(shapes_policies: tuple[dict[str, Any], dict[str, Any]]) -> None:
@@ -199,7 +207,7 @@ def test_the_limits_only_gpu_job_of_the_report_is_completed_not_refused(
     completed = mutate(shapes_policies[0], job)
     assert completed["spec"]["trainer"]["resourcesPerNode"] == {
         "requests": {"cpu": "4", "memory": "32Gi", GPU: 4}, "limits": {"cpu": "4", "memory": "32Gi", GPU: 4}}
-    assert denials(shapes_policies[1], completed) == []
+    assert denials(shapes_policies[1], completed, shapes_params(shapes_config)) == []
 
 
 def test_every_stack_renders_the_policies_with_its_runtimes_and_flavors() -> None:

@@ -15,7 +15,7 @@ Policies (each bound to every namespace labelled ``trainyard.dev/tenant``):
   pass for each of them. A namespace label naming the queue was the alternative; it would only
   repeat what the LocalQueue itself says, and could drift from it.
 - ``trainyard-trainjob-runtime``: ``runtimeRef`` names an approved ClusterTrainingRuntime (or, for
-  tenants the stack allows, a TrainingRuntime of their own namespace).
+  tenants the stack allows, a TrainingRuntime of their own namespace: params ``own-training-runtimes``).
 - ``trainyard-trainjob-image`` and ``trainyard-pod-images``: images come from approved registries.
   The pod policy is the backstop for every way a pod reaches a tenant namespace (a runtime, a
   runtime patch, a bare pod), so TrainingRuntimes need no CEL walk over their templates.
@@ -23,8 +23,9 @@ Policies (each bound to every namespace labelled ``trainyard.dev/tenant``):
   RBAC already omits them; this holds for anyone else acting in a tenant namespace too.
 - ``trainyard-trainjob-inputs``: a TrainJob's ``spec.initializer.{dataset,model}.storageUri`` is an
   entry of the stack's ``lineage`` approved for the namespace's tenant, and ``spec.trainer.env`` pins
-  the approved version (config/lineage.py). The approved entries are a CEL map literal keyed by
-  namespace, so one policy serves every tenant and a change of approval is a reviewed diff.
+  the approved version (config/lineage.py). The approved entries are the namespace's params
+  (``dataset.<entry>.<field>``, ``base-model.<entry>.<field>``), so one policy serves every tenant and a
+  change of approval is a change of that tenant's keys in review.
 
 - ``trainyard-trainjob-initializer-env`` (a MutatingAdmissionPolicy): removes an empty
   ``spec.initializer.{dataset,model}.env`` from a new TrainJob (see ``initializer_env_policy``).
@@ -35,10 +36,14 @@ Policies (each bound to every namespace labelled ``trainyard.dev/tenant``):
   ``kueue_flavor_policy``).
 
 CEL is kept to plain comparisons, ``in``, ``exists``/``all`` and ``startsWith`` so that it reads
-like the rule it states. The values (registries, runtimes, tenants) are list literals rendered
-from the stack, so a change to them is a reviewed diff of the policy itself.
+like the rule it states. What differs per tenant is the policy's *param*: the ConfigMap
+``trainyard-policy`` of the request's namespace (manifests/policy_params.py; paramRef without a namespace,
+``parameterNotFoundAction: Deny``), one key per fact, which this concern declares in every tenant
+namespace. What is the same for every tenant (approved registries and runtimes, the flavors' node labels)
+stays a list literal rendered from the stack: a change to it is a change of the rule itself.
 
 Ref: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/
+Ref: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/#parameter-resources
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ from trainyard.config.lineage import (
     RECORDED_MODEL_ENV,
 )
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import kueue
+from trainyard.manifests import kueue, policy_params, trainjob_resources
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import (
     DEFAULT_LOCAL_QUEUE,
@@ -85,20 +90,30 @@ def _policy(name: str, rules: list[dict[str, Any]], validations: list[dict[str, 
             variables: list[dict[str, str]] | None = None, param_kind: dict[str, str] | None = None) -> Manifest:
     spec: dict[str, Any] = {"failurePolicy": "Fail"}
     if param_kind is not None:
-        spec["paramKind"] = param_kind
+        spec["paramKind"] = dict(param_kind)
     spec["matchConstraints"] = {"resourceRules": rules}
+    if param_kind == policy_params.PARAM_KIND:
+        variables = [policy_params.VARIABLE, *(variables or [])]
     if variables:
         spec["variables"] = variables
     spec["validations"] = [{**v, "reason": "Forbidden"} for v in validations]
     return {"apiVersion": API, "kind": "ValidatingAdmissionPolicy", "metadata": metadata(name), "spec": spec}
 
 
+def param_ref_for(policy: Manifest) -> dict[str, str]:
+    """The binding's paramRef for a policy's paramKind: the namespace's LocalQueue ``default``, or its
+    ``trainyard-policy`` ConfigMap. No namespace: params are looked up in the namespace of the object
+    under admission; none there is a refusal (``Deny``, under the policy's failurePolicy Fail)."""
+    if policy["spec"]["paramKind"] == policy_params.PARAM_KIND:
+        return dict(policy_params.PARAM_REF)
+    return {"name": DEFAULT_LOCAL_QUEUE, "parameterNotFoundAction": "Deny"}
+
+
 def binding_for(policy: Manifest) -> Manifest:
     name = policy["metadata"]["name"]
     spec: dict[str, Any] = {"policyName": name, "validationActions": ["Deny"]}
     if "paramKind" in policy["spec"]:
-        # Params are looked up in the namespace of the object under admission when no namespace is set.
-        spec["paramRef"] = {"name": DEFAULT_LOCAL_QUEUE, "parameterNotFoundAction": "Deny"}
+        spec["paramRef"] = param_ref_for(policy)
     spec["matchResources"] = {"namespaceSelector": {"matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]}}
     return {"apiVersion": API, "kind": "ValidatingAdmissionPolicyBinding", "metadata": metadata(name), "spec": spec}
 
@@ -120,26 +135,30 @@ def trainjob_queue_policy() -> Manifest:
     )
 
 
+def _own_runtimes() -> dict[str, str]:
+    """Whether the namespace's tenant may define and use TrainingRuntimes (params ``own-training-runtimes``)."""
+    return {"name": "ownRuntimes", "expression": f"{policy_params.value_cel(policy_params.OWN_TRAINING_RUNTIMES)} == 'true'"}
+
+
 def trainjob_runtime_policy(config: PlatformConfig) -> Manifest:
-    own_runtimes = [t.namespace_name for t in config.tenants if t.name in config.security.admission.training_runtime_tenants]
     return _policy(
         "trainyard-trainjob-runtime",
         [_rule(TRAINER_GROUP, TRAINER_VERSION, "trainjobs")],
         variables=[
             {"name": "approved", "expression": cel_list(config.runtimes.approved)},
-            {"name": "ownRuntimeNamespaces", "expression": cel_list(own_runtimes)},
+            _own_runtimes(),
             # The CRD defaults kind to ClusterTrainingRuntime; defaulting runs before validation.
             {"name": "kind", "expression": "has(object.spec.runtimeRef.kind) ? object.spec.runtimeRef.kind"
                                            " : 'ClusterTrainingRuntime'"},
         ],
         validations=[{
             "expression": "variables.kind == 'ClusterTrainingRuntime' ? object.spec.runtimeRef.name in variables.approved"
-                          " : variables.kind == 'TrainingRuntime' && namespaceObject.metadata.name"
-                          " in variables.ownRuntimeNamespaces",
+                          " : variables.kind == 'TrainingRuntime' && variables.ownRuntimes",
             "messageExpression": "'runtimeRef must name an approved ClusterTrainingRuntime (' + "
                                  "variables.approved.join(', ') + '), not ' + variables.kind + ' '"
                                  " + object.spec.runtimeRef.name",
         }],
+        param_kind=policy_params.PARAM_KIND,
     )
 
 
@@ -183,18 +202,18 @@ def pod_image_policy(config: PlatformConfig) -> Manifest:
     )
 
 
-def training_runtimes_policy(config: PlatformConfig) -> Manifest:
-    allowed = list(config.security.admission.training_runtime_tenants)
+def training_runtimes_policy() -> Manifest:
     label = json.dumps(TENANT_LABEL)
     return _policy(
         "trainyard-training-runtimes",
         [_rule(TRAINER_GROUP, TRAINER_VERSION, "trainingruntimes")],
-        variables=[{"name": "allowedTenants", "expression": cel_list(allowed)}],
+        variables=[_own_runtimes()],
         validations=[{
-            "expression": f"namespaceObject.metadata.labels[{label}] in variables.allowedTenants",
+            "expression": "variables.ownRuntimes",
             "messageExpression": f"'tenant ' + namespaceObject.metadata.labels[{label}] + ' may not define"
                                  " TrainingRuntimes; use an approved ClusterTrainingRuntime'",
         }],
+        param_kind=policy_params.PARAM_KIND,
     )
 
 
@@ -208,33 +227,31 @@ def _recorded(env: str, field: str) -> str:
             f" || variables.env.exists(e, e.name == {json.dumps(env)} && e.value == {field}))")
 
 
-def trainjob_inputs_policy(config: PlatformConfig) -> Manifest:
+def _entry_field(entry: str, field: str) -> str:
+    """CEL: field ``field`` of the approved entry whose params keys start with ``entry`` (``dataset.<name>.``)."""
+    return f"{policy_params.DATA}[{entry} + '{field}']"
+
+
+def trainjob_inputs_policy() -> Manifest:
     """Initializer URIs are approved entries for the namespace's tenant, pinned in spec.trainer.env; the parts of
-    the entry the run records (name, licence, classification, URI), where set, equal the entry."""
-    datasets = {t.namespace_name: [{"uri": d.uri, "version": d.version, "digest": d.digest, "name": d.name,
-                                    "licence": d.licence, "classification": d.classification}
-                                   for d in config.lineage.approved_for(t.name).datasets] for t in config.tenants}
-    models = {t.namespace_name: [{"uri": m.uri, "revision": m.revision, "name": m.name}
-                                 for m in config.lineage.approved_for(t.name).base_models] for t in config.tenants}
-    dataset_recorded = " && ".join(_recorded(env, f"d.{field}") for env, field in RECORDED_DATASET_ENV.items())
-    model_recorded = " && ".join(_recorded(env, f"m.{field}") for env, field in RECORDED_MODEL_ENV.items())
+    the entry the run records (name, licence, classification, URI), where set, equal the entry. The entries are
+    the namespace's params (``policy_params``): one key per field, found by their ``.name`` key."""
+    dataset_recorded = " && ".join(_recorded(env, _entry_field("d", field)) for env, field in RECORDED_DATASET_ENV.items())
+    model_recorded = " && ".join(_recorded(env, _entry_field("m", field)) for env, field in RECORDED_MODEL_ENV.items())
 
     def uri(kind: str) -> str:
         return (f"has(object.spec.initializer) && has(object.spec.initializer.{kind})"
                 f" && has(object.spec.initializer.{kind}.storageUri) ? object.spec.initializer.{kind}.storageUri : ''")
 
-    def mine(variable: str) -> str:
-        return f"namespaceObject.metadata.name in {variable} ? {variable}[namespaceObject.metadata.name] : []"
-
     return _policy(
         "trainyard-trainjob-inputs",
         [_rule(TRAINER_GROUP, TRAINER_VERSION, "trainjobs")],
         variables=[
-            # JSON objects and arrays of strings are CEL map and list literals.
-            {"name": "approvedDatasets", "expression": json.dumps(datasets, sort_keys=True)},
-            {"name": "approvedModels", "expression": json.dumps(models, sort_keys=True)},
-            {"name": "datasets", "expression": mine("variables.approvedDatasets")},
-            {"name": "models", "expression": mine("variables.approvedModels")},
+            # The key prefixes (dataset.<entry>.) of the approved entries in the namespace's params.
+            {"name": "datasets", "expression": policy_params.entries_cel(policy_params.DATASET,
+                                                                         policy_params.DATASET_FIELDS)},
+            {"name": "models", "expression": policy_params.entries_cel(policy_params.BASE_MODEL,
+                                                                       policy_params.BASE_MODEL_FIELDS)},
             {"name": "allEnv", "expression": "has(object.spec.trainer) && has(object.spec.trainer.env)"
                                              " ? object.spec.trainer.env : []"},
             {"name": "env", "expression": "variables.allEnv.filter(e, has(e.value))"},
@@ -242,35 +259,41 @@ def trainjob_inputs_policy(config: PlatformConfig) -> Manifest:
             {"name": "modelUri", "expression": uri("model")},
         ],
         validations=[{
-            "expression": "variables.datasetUri == '' || variables.datasets.exists(d, d.uri == variables.datasetUri"
-                          f" && {_pinned(DATASET_VERSION_ENV, 'd.version')} && {_pinned(DATASET_DIGEST_ENV, 'd.digest')}"
+            "expression": "variables.datasetUri == '' || variables.datasets.exists(d, "
+                          f"{_entry_field('d', 'uri')} == variables.datasetUri"
+                          f" && {_pinned(DATASET_VERSION_ENV, _entry_field('d', 'version'))}"
+                          f" && {_pinned(DATASET_DIGEST_ENV, _entry_field('d', 'digest'))}"
                           f" && {dataset_recorded})",
             "messageExpression": "'spec.initializer.dataset.storageUri ' + variables.datasetUri + ' must be a dataset "
                                  f"approved for this namespace, pinned with {DATASET_VERSION_ENV} and {DATASET_DIGEST_ENV} "
                                  f"in spec.trainer.env, and {', '.join(RECORDED_DATASET_ENV)} where set must equal the entry "
                                  "(trainyard check names the approved entries)'",
         }, {
-            "expression": "variables.modelUri == '' || variables.models.exists(m, m.uri == variables.modelUri"
-                          f" && {_pinned(BASE_MODEL_REVISION_ENV, 'm.revision')} && {model_recorded})",
+            "expression": "variables.modelUri == '' || variables.models.exists(m, "
+                          f"{_entry_field('m', 'uri')} == variables.modelUri"
+                          f" && {_pinned(BASE_MODEL_REVISION_ENV, _entry_field('m', 'revision'))} && {model_recorded})",
             "messageExpression": "'spec.initializer.model.storageUri ' + variables.modelUri + ' must be a base model "
                                  f"approved for this namespace, pinned with {BASE_MODEL_REVISION_ENV} in spec.trainer.env,"
                                  f" and {', '.join(RECORDED_MODEL_ENV)} where set must equal the entry"
                                  " (trainyard check names the approved entries)'",
         }],
+        param_kind=policy_params.PARAM_KIND,
     )
 
 
 def policies(config: PlatformConfig) -> list[Manifest]:
     return [trainjob_queue_policy(), trainjob_runtime_policy(config), trainjob_image_policy(config),
-            pod_image_policy(config), training_runtimes_policy(config), trainjob_inputs_policy(config)]
+            pod_image_policy(config), training_runtimes_policy(), trainjob_inputs_policy()]
 
 
 def mutating_binding_for(policy: Manifest) -> Manifest:
-    """The binding of a MutatingAdmissionPolicy to the tenant namespaces."""
+    """The binding of a MutatingAdmissionPolicy to the tenant namespaces (with the params of its paramKind)."""
     name = policy["metadata"]["name"]
-    return {"apiVersion": API, "kind": "MutatingAdmissionPolicyBinding", "metadata": metadata(name),
-            "spec": {"policyName": name, "matchResources": {"namespaceSelector": {
-                "matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]}}}}
+    spec: dict[str, Any] = {"policyName": name}
+    if "paramKind" in policy["spec"]:
+        spec["paramRef"] = param_ref_for(policy)
+    spec["matchResources"] = {"namespaceSelector": {"matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]}}
+    return {"apiVersion": API, "kind": "MutatingAdmissionPolicyBinding", "metadata": metadata(name), "spec": spec}
 
 
 INITIALIZER_ENV_POLICY = "trainyard-trainjob-initializer-env"
@@ -314,27 +337,28 @@ def default_priority_policy(config: PlatformConfig) -> list[Manifest]:
     PriorityClass), below every class a stack declares, so an unlabelled job (the SDK writes no label
     unless asked) would be the first preempted and the last admitted, whatever the tenant's default says.
     ``trainyard check`` asks for the label in reviewed YAML (rule ``trainjob-priority-class``); this holds
-    for everything else. A label the job sets is never changed. The defaults are a CEL map literal keyed by
-    namespace, so a changed default is a reviewed diff of the policy.
+    for everything else. A label the job sets is never changed. The default is the namespace's params
+    (``default-priority-class``; none there, no label), so a changed default is a change of that tenant's key.
     Ref: https://kueue.sigs.k8s.io/docs/concepts/workload_priority_class/
     """
-    defaults = {t.namespace_name: t.default_priority_class for t in config.tenants if t.default_priority_class}
-    if not defaults:
+    if not any(t.default_priority_class for t in config.tenants):
         return []
     key = PRIORITY_CLASS_LABEL.replace("~", "~0").replace("/", "~1")  # RFC 6901 escaping
-    missing = (f"namespaceObject.metadata.name in variables.defaults && !(has(object.metadata.labels) && "
+    missing = (f"variables.defaultPriorityClass != '' && !(has(object.metadata.labels) && "
                f"{json.dumps(PRIORITY_CLASS_LABEL)} in object.metadata.labels)")
     # Two operations when the job has no labels at all (add the map, then the key), never a map value
     # with the key in it: the same shape the data cache's policy found kube-apiserver 1.36.3 to accept.
     expression = (f"!({missing}) ? [] : (has(object.metadata.labels) ? [] : "
                   '[JSONPatch{op: "add", path: "/metadata/labels", value: {}}]) + '
                   f'[JSONPatch{{op: "add", path: "/metadata/labels/{key}", '
-                  "value: variables.defaults[namespaceObject.metadata.name]}]")
+                  "value: variables.defaultPriorityClass}]")
     rule = {**_rule(TRAINER_GROUP, TRAINER_VERSION, "trainjobs"), "operations": ["CREATE"]}
     policy = {"apiVersion": API, "kind": "MutatingAdmissionPolicy", "metadata": metadata(DEFAULT_PRIORITY_POLICY),
-              "spec": {"failurePolicy": "Fail", "reinvocationPolicy": "Never",
+              "spec": {"failurePolicy": "Fail", "paramKind": dict(policy_params.PARAM_KIND),
+                       "reinvocationPolicy": "Never",
                        "matchConstraints": {"resourceRules": [rule]},
-                       "variables": [{"name": "defaults", "expression": json.dumps(defaults, sort_keys=True)}],
+                       "variables": [policy_params.VARIABLE, {"name": "defaultPriorityClass",
+                                      "expression": policy_params.value_cel(policy_params.DEFAULT_PRIORITY_CLASS)}],
                        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}]}}
     return [policy, mutating_binding_for(policy)]
 
@@ -394,18 +418,29 @@ def kueue_flavor_policy(config: PlatformConfig) -> list[Manifest]:
     return [policy, mutating_binding_for(policy)]
 
 
+def tenant_params(config: PlatformConfig) -> dict[str, Manifest]:
+    """By tenant name, the ``trainyard-policy`` ConfigMap every parameterised policy reads in its namespace
+    (this concern's, serving admission's and the TrainJob resources policy's)."""
+    flavors = trainjob_resources.tenant_flavors(config)
+    return {t.name: policy_params.params_for(config, t, {f.name: f.describe() for f in flavors[t.namespace_name]})
+            for t in config.tenants}
+
+
 def build(config: PlatformConfig) -> Concern:
     """Admission: the ValidatingAdmissionPolicies that guard tenant namespaces, and their bindings;
     the MutatingAdmissionPolicies that keep SDK-written TrainJobs startable under Kueue, give
-    unlabelled TrainJobs their tenant's default priority class, and name a pod's Kueue flavor."""
+    unlabelled TrainJobs their tenant's default priority class, and name a pod's Kueue flavor;
+    in each tenant namespace, the policies' params."""
     out: list[Manifest] = []
-    if config.security.admission.enabled:
-        for policy in policies(config):
-            out += [policy, binding_for(policy)]
-        out += initializer_env_policy()
-        out += default_priority_policy(config)
-        out += kueue_flavor_policy(config)
-    return Concern("admission", objects=tuple(out))
+    if not config.security.admission.enabled:
+        return Concern("admission")
+    for policy in policies(config):
+        out += [policy, binding_for(policy)]
+    out += initializer_env_policy()
+    out += default_priority_policy(config)
+    out += kueue_flavor_policy(config)
+    return Concern("admission", objects=tuple(out),
+                   tenant_objects={name: (params,) for name, params in tenant_params(config).items()})
 
 
 # What other concerns' builders (serving) use to write their own policies the same way.

@@ -10,10 +10,13 @@ tenant applies later. Each policy is bound to every namespace labelled ``trainya
   approved registry and is pinned by digest.
 - ``trainyard-isvc-storage``: every storage URI (``model.storageUri``, ``storageUris[].uri`` of each
   component) lies in the namespace's own model bucket, ``s3://<bucket>/...``; at least one is given.
-  The bucket of each tenant namespace is a map literal rendered from the stack, so the check is a
-  reviewed table, not a naming convention.
+  The bucket is the namespace's params (``serving.model-bucket`` of its ``trainyard-policy`` ConfigMap,
+  manifests/policy_params.py), so the check is a reviewed value per tenant, not a naming convention.
 - ``trainyard-isvc-exposure``: an InferenceService carries ``networking.kserve.io/visibility:
-  cluster-local`` unless its tenant is in ``serving.exposure.public_tenants``.
+  cluster-local`` unless its tenant is in ``serving.exposure.public_tenants`` (params ``serving.public``).
+
+The params ConfigMaps are declared by the admission concern (``admission.tenant_params``); the bindings of
+the two parameterised policies name them with ``parameterNotFoundAction: Deny``.
 - ``trainyard-serving-runtimes``: no ServingRuntime, LLMInferenceService or LLMInferenceServiceConfig in
   tenant namespaces. KServe resolves a runtime name in the namespace first, so a tenant runtime named
   like an approved one would shadow it; the LLMInferenceService path (llm-d) is not part of this platform.
@@ -27,10 +30,11 @@ import json
 
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
+from trainyard.manifests import policy_params
 from trainyard.manifests.admission import binding_for, cel_list, resource_rule, validating_policy
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import Manifest
-from trainyard.manifests.serving import CLUSTER_LOCAL, VISIBILITY_LABEL, enabled, model_bucket
+from trainyard.manifests.serving import CLUSTER_LOCAL, VISIBILITY_LABEL, enabled
 
 GROUP, VERSION = catalog.KSERVE_API.split("/")
 # The components of an InferenceService that carry a pod spec (v1beta1 InferenceServiceSpec).
@@ -108,14 +112,12 @@ def images_policy(config: PlatformConfig) -> Manifest:
     )
 
 
-def storage_policy(config: PlatformConfig) -> Manifest:
-    buckets = {t.namespace_name: model_bucket(config, t) for t in config.tenants}
+def storage_policy() -> Manifest:
     return validating_policy(
         "trainyard-isvc-storage", _isvc_rule(),
+        param_kind=policy_params.PARAM_KIND,
         variables=[
-            {"name": "buckets", "expression": json.dumps(dict(sorted(buckets.items())))},
-            {"name": "bucket", "expression": "namespaceObject.metadata.name in variables.buckets"
-                                             " ? variables.buckets[namespaceObject.metadata.name] : ''"},
+            {"name": "bucket", "expression": policy_params.value_cel(policy_params.MODEL_BUCKET)},
             {"name": "prefix", "expression": "'s3://' + variables.bucket + '/'"},
             {"name": "uris", "expression": storage_uris_expression()},
             {"name": "foreign",
@@ -132,14 +134,14 @@ def storage_policy(config: PlatformConfig) -> Manifest:
     )
 
 
-def exposure_policy(config: PlatformConfig) -> Manifest:
-    public = [t.namespace_name for t in config.tenants if t.name in enabled(config).exposure.public_tenants]
+def exposure_policy() -> Manifest:
     label = json.dumps(VISIBILITY_LABEL)
     return validating_policy(
         "trainyard-isvc-exposure", _isvc_rule(),
-        variables=[{"name": "publicNamespaces", "expression": cel_list(public)}],
+        param_kind=policy_params.PARAM_KIND,
+        variables=[{"name": "public", "expression": f"{policy_params.value_cel(policy_params.PUBLIC_SERVING)} == 'true'"}],
         validations=[{
-            "expression": f"namespaceObject.metadata.name in variables.publicNamespaces || (has(object.metadata.labels)"
+            "expression": f"variables.public || (has(object.metadata.labels)"
                           f" && {label} in object.metadata.labels && object.metadata.labels[{label}] == '{CLUSTER_LOCAL}')",
             "messageExpression": f"'this tenant may not expose models outside the cluster: label the InferenceService '"
                                  f" + {label} + ': {CLUSTER_LOCAL}'",
@@ -162,8 +164,7 @@ def tenant_runtimes_policy() -> Manifest:
 
 
 def policies(config: PlatformConfig) -> list[Manifest]:
-    return [runtime_policy(config), images_policy(config), storage_policy(config), exposure_policy(config),
-            tenant_runtimes_policy()]
+    return [runtime_policy(config), images_policy(config), storage_policy(), exposure_policy(), tenant_runtimes_policy()]
 
 
 def build(config: PlatformConfig) -> Concern:

@@ -39,7 +39,11 @@ The fix has three parts, one rule each:
 
 ``complete`` and ``refusals`` are the same rules in Python, for ``trainyard check`` (rule
 ``trainjob-resources``) and the tests. The runtimes' figures and the flavors' nodes are CEL map
-literals rendered from the same runtime objects and pools, so they cannot drift from what is installed.
+literals rendered from the same runtime objects and pools, so they cannot drift from what is installed
+(the same for every tenant: the rule). Which flavors a namespace's queue offers is per tenant: the
+validating policy reads it from the namespace's params (``queue-flavor.<flavor>`` keys of the
+``trainyard-policy`` ConfigMap, manifests/policy_params.py), so a quota on a new flavor reads in review
+as one key added for that tenant.
 TrainJobs on a tenant's own TrainingRuntime (where a stack allows them) are completed against no
 runtime figures (the policy cannot read that runtime), so a default the tenant's runtime sets and the
 TrainJob does not name stays in Trainer's merge beside what Kueue counted: such a job, if it cannot run,
@@ -60,6 +64,7 @@ from trainyard import catalog
 from trainyard.config.gpu_operator import MIG_PREFIX
 from trainyard.config.gpu_pools import advertised_per_node
 from trainyard.config.model import PlatformConfig
+from trainyard.manifests import policy_params
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import TENANT_LABEL, Manifest, metadata
 from trainyard.quantity import canonical_quantity, parse_quantity
@@ -177,11 +182,12 @@ class Flavor:
 
 
 def tenant_flavors(config: PlatformConfig) -> dict[str, list[Flavor]]:
-    """By tenant namespace, the flavors its ClusterQueue has quota on, each as one of its nodes."""
+    """By tenant namespace, the flavors its ClusterQueue has quota on, each as one of its nodes, by flavor name
+    (the order the policy lists them in: it reads them from the params, a map)."""
     out: dict[str, list[Flavor]] = {}
     for tenant in config.tenants:
         flavors = []
-        for quota in tenant.quotas:
+        for quota in sorted(tenant.quotas, key=lambda q: q.flavor):
             pool = config.pool(quota.flavor)
             node = {name: str(count) for name, count in advertised_per_node(pool).items() if count}
             node["cpu"] = canonical_quantity(pool.cpu_per_node)
@@ -258,6 +264,7 @@ def _binding(kind: str, name: str, validating: bool) -> Manifest:
     spec: dict[str, Any] = {"policyName": name}
     if validating:
         spec["validationActions"] = ["Deny"]
+        spec["paramRef"] = dict(policy_params.PARAM_REF)
     spec["matchResources"] = {"namespaceSelector": {"matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]}}
     return {"apiVersion": API, "kind": kind, "metadata": metadata(name), "spec": spec}
 
@@ -351,19 +358,21 @@ def _q(expression: str) -> str:
 
 
 def validating_policy(shapes: Mapping[str, RuntimeShape], flavors: Mapping[str, list[Flavor]]) -> Manifest:
-    """Refuses what no pod could run (``refusals``), on the resourcesPerNode the mutating policy completed."""
-    nodes = {ns: [dict(f.node) for f in fs] for ns, fs in flavors.items()}
-    described = {ns: "; ".join(f.describe() for f in fs) for ns, fs in flavors.items()}
-    offered = {ns: sorted({name for f in fs for name in f.node}) for ns, fs in flavors.items()}
+    """Refuses what no pod could run (``refusals``), on the resourcesPerNode the mutating policy completed.
+
+    ``flavors`` (by namespace, ``tenant_flavors``) gives the flavors' nodes, a literal; which of them the
+    namespace's queue offers is its params' ``queue-flavor.<flavor>`` keys."""
+    every = {f.name: f for fs in flavors.values() for f in fs}
+    names = sorted(every)
+    resources = sorted({name for f in every.values() for name in f.node})
     gpu_keys = f"(k == {json.dumps(catalog.GPU_RESOURCE)} || k.startsWith({json.dumps(MIG_PREFIX)}))"
-    variables = [*_runtime_variables(shapes),
-        {"name": "nodes", "expression": json.dumps(nodes, sort_keys=True)},
-        {"name": "offeredByNamespace", "expression": json.dumps(offered, sort_keys=True)},
-        {"name": "flavorsByNamespace", "expression": json.dumps(described, sort_keys=True)},
-        {"name": "ns", "expression": "namespaceObject.metadata.name"},
-        {"name": "mine", "expression": "variables.ns in variables.nodes ? variables.nodes[variables.ns] : []"},
-        {"name": "offered", "expression": "variables.ns in variables.offeredByNamespace"
-                                          " ? variables.offeredByNamespace[variables.ns] : []"},
+    variables = [policy_params.VARIABLE, *_runtime_variables(shapes),
+        {"name": "flavorNodes", "expression": json.dumps({n: every[n].node for n in names}, sort_keys=True)},
+        {"name": "flavorDescriptions", "expression": json.dumps({n: every[n].describe() for n in names}, sort_keys=True)},
+        {"name": "queueFlavors", "expression": f"{json.dumps(names)}.filter(f, "
+                                               f"'{policy_params.QUEUE_FLAVOR}.' + f in {policy_params.DATA})"},
+        {"name": "mine", "expression": "variables.queueFlavors.map(f, variables.flavorNodes[f])"},
+        {"name": "offered", "expression": f"{json.dumps(resources)}.filter(r, variables.mine.exists(n, r in n))"},
         # What the pod requests: the completed resourcesPerNode, or the runtime's own figures without one.
         {"name": "podRequests", "expression": "variables.given ? variables.requests : variables.baseRequests"},
         {"name": "aboveLimit", "expression": "variables.requests.filter(k, k in variables.limits && "
@@ -394,9 +403,8 @@ def validating_policy(shapes: Mapping[str, RuntimeShape], flavors: Mapping[str, 
                               " namespace\\'s queue offers (offered: ' + variables.offered.join(', ') + ')'"},
         {"expression": "size(variables.unknown) > 0 || variables.fits",
          "messageExpression": f"'{FIELD} asks more per node than one node of any flavor of this namespace\\'s queue"
-                              " holds (' + (variables.ns in variables.flavorsByNamespace ?"
-                              " variables.flavorsByNamespace[variables.ns] : '') +"
-                              " '): lower it and raise numNodes'"},
+                              " holds (' + variables.queueFlavors.map(f, variables.flavorDescriptions[f]).join('; ')"
+                              " + '): lower it and raise numNodes'"},
         {"expression": f"!variables.torch || !has(object.spec.trainer) || !has({num_proc}) || size(variables.gpus) == 0"
                        f" || {_q('variables.podRequests[variables.gpus[0]]')}.compareTo(quantity('0')) == 0"
                        f" || {_q('variables.podRequests[variables.gpus[0]]')}.compareTo(quantity(string({num_proc}))) >= 0",
@@ -404,7 +412,8 @@ def validating_policy(shapes: Mapping[str, RuntimeShape], flavors: Mapping[str, 
                               " than its ' + string(variables.podRequests[variables.gpus[0]]) + ' ' + variables.gpus[0]"
                               " + ': one process per GPU (leave numProcPerNode out and torchrun counts them)'"},
     ]
-    spec: dict[str, Any] = {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": [_rule()]},
+    spec: dict[str, Any] = {"failurePolicy": "Fail", "paramKind": dict(policy_params.PARAM_KIND),
+                            "matchConstraints": {"resourceRules": [_rule()]},
                             "variables": variables,
                             "validations": [{**v, "reason": "Invalid"} for v in validations]}
     return {"apiVersion": API, "kind": "ValidatingAdmissionPolicy", "metadata": metadata(POLICY), "spec": spec}

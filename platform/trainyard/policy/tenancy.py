@@ -3,7 +3,9 @@
 A tenant namespace is one the stack declares for a tenant, or any Namespace labelled
 ``trainyard.dev/tenant`` (a pull request may add one). Each must come with a default-deny
 NetworkPolicy, a LocalQueue, a ResourceQuota, and Pod Security "restricted" enforced; and no
-namespace anywhere may enforce a weaker Pod Security level.
+namespace anywhere may enforce a weaker Pod Security level. Where admission is on, each holds the
+admission policies' params (the ``trainyard-policy`` ConfigMap) exactly as the stack's config renders
+them, and no Role there lets anyone write ConfigMaps (a tenant would edit its own policy).
 
 Ref: https://kubernetes.io/docs/concepts/security/pod-security-admission/
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from trainyard.manifests import admission, policy_params
 from trainyard.manifests.gpu_operator import PSA_EXCEPTION_ANNOTATION, pod_security_exceptions
 from trainyard.manifests.installs import COMPONENT_LABEL
 from trainyard.manifests.meta import TENANT_LABEL, Manifest
@@ -136,5 +139,49 @@ def psa_exception_exclusive(objects: Sequence[Manifest], ctx: Context) -> Iterat
                             f"GPU operator (its {COMPONENT_LABEL} is {owner or 'unset'})")
 
 
+_WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection", "*"})
+
+
+def _writes_config_maps(rule: object) -> bool:
+    rule = as_dict(rule)
+    groups, resources = set(as_list(rule.get("apiGroups"))), set(as_list(rule.get("resources")))
+    return bool(groups & {"", "*"}) and bool(resources & {"configmaps", "*"}) \
+        and bool(set(as_list(rule.get("verbs"))) & _WRITE_VERBS) \
+        and (not rule.get("resourceNames") or policy_params.NAME in as_list(rule.get("resourceNames")))
+
+
+@stack_rule("tenant-policy-params",
+            "Every tenant namespace holds the admission policies' params as the stack's config renders them, "
+            "and no Role there may write ConfigMaps.",
+            "The params (ConfigMap trainyard-policy) come from the stack (lineage, serving, tenants, quotas): change "
+            "the stack, not the ConfigMap; grant no ConfigMap writes in tenant namespaces.")
+def tenant_policy_params(objects: Sequence[Manifest], ctx: Context) -> Iterator[tuple[Manifest | None, str]]:
+    if not ctx.config.security.admission.enabled:
+        return
+    wanted = {p["metadata"]["namespace"]: p for p in admission.tenant_params(ctx.config).values()}
+    present: dict[str, list[Manifest]] = {}
+    for obj in objects:
+        if obj.get("kind") == "ConfigMap" and _meta(obj).get("name") == policy_params.NAME:
+            present.setdefault(str(_meta(obj).get("namespace")), []).append(obj)
+    for name, namespace in tenant_namespaces(objects, ctx).items():
+        want = wanted.get(name)
+        if not present.get(name):
+            yield namespace, (f"tenant namespace {name} has no ConfigMap {policy_params.NAME}: every parameterised "
+                              "admission policy refuses requests there")
+        for found in present.get(name, []):
+            have = as_dict(found.get("data"))
+            if want is None:
+                yield found, f"tenant namespace {name} is no tenant of the stack, so it has no admission params"
+            elif have != want["data"]:
+                keys = sorted(str(k) for k in {*have, *want["data"]} if have.get(k) != want["data"].get(k))
+                yield found, f"data differs from what the stack's config renders, keys: {', '.join(keys)}"
+    roles = _in_namespace(objects, "Role")
+    for name in tenant_namespaces(objects, ctx):
+        for role in roles.get(name, []):
+            if any(_writes_config_maps(r) for r in as_list(role.get("rules"))):
+                yield role, (f"lets its subjects write ConfigMaps in tenant namespace {name}, among them the "
+                             f"admission params {policy_params.NAME}")
+
+
 RULES = (tenant_default_deny, tenant_local_queue, tenant_resource_quota, tenant_psa_restricted, psa_no_weaker_level,
-         psa_exception_exclusive)
+         psa_exception_exclusive, tenant_policy_params)

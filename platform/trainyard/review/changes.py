@@ -23,6 +23,7 @@ from typing import Any, Final, Literal
 import yaml
 
 from trainyard import yamlio
+from trainyard.manifests import policy_params
 from trainyard.manifests.installs import COMPONENT_LABEL
 from trainyard.manifests.meta import TENANT_LABEL, Manifest, object_key
 from trainyard.review.render import REDACTED, is_placeholder, is_secret_key, redact, secret_value_shown
@@ -101,20 +102,25 @@ class ObjectChange:
                 self.name)
 
 
-def concern_of(group: str, kind: str, labels: Mapping[str, Any] | None = None) -> str:
-    """Which part of the review an object belongs to, as an admin reads it."""
+def concern_of(group: str, kind: str, labels: Mapping[str, Any] | None = None, name: str = "") -> str:
+    """Which part of the review an object belongs to, as an admin reads it. A tenant's admission params
+    (the ``trainyard-policy`` ConfigMap) are security: they say what the tenant may read and run."""
     labels = labels or {}
     if group == "kueue.x-k8s.io" or kind in _QUOTA_KINDS:
         return QUEUES
     if kind in _RUNTIME_KINDS:
         return RUNTIMES
-    if kind in _SECURITY_KINDS or group in _SECURITY_GROUPS:
+    if kind in _SECURITY_KINDS or group in _SECURITY_GROUPS or is_policy_params(kind, name):
         return NETWORK
     if TENANT_LABEL in labels:
         return TENANTS
     if kind in {"CustomResourceDefinition", "Chart"} or COMPONENT_LABEL in labels or group == "helm.sh":
         return INSTALLS
     return OTHER
+
+
+def is_policy_params(kind: str, name: str) -> bool:
+    return kind == "ConfigMap" and name == policy_params.NAME
 
 
 def labels_of(obj: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -179,6 +185,17 @@ def _yaml_mapping(text: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def _json_object(text: str) -> dict[str, Any] | None:
+    """The JSON object a string holds whole, or None."""
+    if not text.startswith("{"):
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def diff_values(old: Any, new: Any, path: str = "", *, secret: bool = False,
                 id_keys: Sequence[str] = ("name",)) -> list[FieldChange]:
     """Every leaf that differs between ``old`` and ``new`` (either may be ABSENT), values redacted.
@@ -201,12 +218,28 @@ def diff_values(old: Any, new: Any, path: str = "", *, secret: bool = False,
         return out
     if isinstance(before, list) and isinstance(after, list):
         return _diff_lists(before, after, path, whole=(old, new), id_keys=id_keys)
-    if isinstance(old, str) and isinstance(new, str) and "\n" in old and "\n" in new:
-        # Embedded YAML (e.g. the Kueue manager configuration handed to its chart) diffs by field.
+    if isinstance(old, str) and isinstance(new, str):
+        embedded = _embedded_documents(old, new)
+        if embedded is not None:
+            return diff_values(embedded[0], embedded[1], join_path(path, embedded[2]), id_keys=id_keys)
+    return [FieldChange(path or "(value)", _safe(old), _safe(new))]
+
+
+def _embedded_documents(old: str, new: str) -> tuple[dict[str, Any], dict[str, Any], str] | None:
+    """Both sides' documents where two strings hold one each, and the path segment naming the format.
+
+    Embedded YAML (e.g. the Kueue manager configuration handed to its chart) spans lines; a JSON object on
+    one line is a CEL map literal of an admission policy (the flavors' nodes, the runtimes' figures) or a
+    chart's JSON value. Both diff by field, so a change deep inside reads as its own path.
+    """
+    if "\n" in old and "\n" in new:
         old_doc, new_doc = _yaml_mapping(old), _yaml_mapping(new)
         if old_doc is not None and new_doc is not None:
-            return diff_values(old_doc, new_doc, join_path(path, "(yaml)"), id_keys=id_keys)
-    return [FieldChange(path or "(value)", _safe(old), _safe(new))]
+            return old_doc, new_doc, "(yaml)"
+    old_json, new_json = _json_object(old), _json_object(new)
+    if old_json is not None and new_json is not None:
+        return old_json, new_json, "(json)"
+    return None
 
 
 def _diff_lists(old: list[Any], new: list[Any], path: str, whole: tuple[Any, Any],
@@ -257,7 +290,7 @@ def diff_manifests(old: Manifest, new: Manifest) -> list[FieldChange]:
 def object_change(action: Action, obj: Manifest, fields: Iterable[FieldChange] = (), note: str = "") -> ObjectChange:
     group, kind, namespace, name = object_key(obj)
     labels = labels_of(obj)
-    return ObjectChange(action, group, kind, namespace, name, concern_of(group, kind, labels),
+    return ObjectChange(action, group, kind, namespace, name, concern_of(group, kind, labels, name),
                         labels.get(TENANT_LABEL), tuple(fields), note)
 
 

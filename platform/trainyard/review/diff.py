@@ -39,6 +39,7 @@ from trainyard.review.changes import (
     ObjectChange,
     diff_objects,
     diff_values,
+    is_policy_params,
 )
 from trainyard.review.policy_delta import (
     Evaluator,
@@ -148,6 +149,7 @@ def review_platforms(base: Side, head: Side, *, title: str, evaluator: Evaluator
 # Settings that the capacity table and the per-object sections already tell in full.
 _SHOWN_ELSEWHERE = ("tenants", "gpu_pools", "cohorts", "priority_classes", "runtimes.approved")
 MAX_SETTING_HIGHLIGHTS = 5
+MAX_PARAM_HIGHLIGHTS = 3  # keys of one tenant's admission params named in the highlights
 
 
 def settings_changes(old: PlatformConfig | None, new: PlatformConfig | None) -> list[FieldChange]:
@@ -256,7 +258,22 @@ def security_highlights(changes: Sequence[ObjectChange]) -> list[str]:
     if not counted:
         return []
     parts = ", ".join(f"{kind} {n} {action}" for (kind, action), n in sorted(counted.items()))
-    return [f"network and security: {parts}"]
+    return [f"network and security: {parts}", *params_highlights(changes)]
+
+
+def params_highlights(changes: Sequence[ObjectChange]) -> list[str]:
+    """Per tenant whose admission params changed: the keys, before -> after (what it may read, run, serve)."""
+    lines: list[str] = []
+    for change in changes:
+        if not is_policy_params(change.kind, change.name) or change.action != "changed":
+            continue
+        # What a tenant may read first: the URIs of approved entries and the model bucket.
+        keys = sorted((f for f in change.fields if f.path.startswith("data")),
+                      key=lambda f: (not f.path.endswith((".uri]", "model-bucket]")), f.path))
+        shown = ", ".join(f"`{f.path.removeprefix('data')}` {arrow(f.old, f.new)}" for f in keys[:MAX_PARAM_HIGHLIGHTS])
+        more = f" and {len(keys) - MAX_PARAM_HIGHLIGHTS} more" if len(keys) > MAX_PARAM_HIGHLIGHTS else ""
+        lines.append(f"admission params of tenant `{change.tenant or change.namespace}`: {shown}{more}")
+    return lines
 
 
 def policy_highlight(new: Sequence[PolicyResult], fixed: Sequence[PolicyResult]) -> str:

@@ -356,8 +356,10 @@ def _object_change(step: _Step) -> ObjectChange | None:
     if resource.skipped:
         return None
     labels = labels_of(step.new) or labels_of(step.old)
+    meta = (step.new or step.old or {}).get("metadata") or {}
+    name = str(meta.get("name", "")) if isinstance(meta, dict) else ""
     concern = INSTALLS if resource.in_chart or resource.kind == "Provider" else concern_of(resource.group, resource.kind,
-                                                                                            labels)
+                                                                                            labels, name)
     fields = tuple(_field_changes(step, resource.kind)) if action in ("changed", "replaced") else ()
     note = ""
     if action == "replaced" and step.replace_reasons:

@@ -1,7 +1,9 @@
 """How a value reads in a review line: compact, one line, with the delta of numbers.
 
 ``16 -> 24 (+8)``, ``unlimited -> 32``, ``(absent) -> {"port": 53}``. Long values are cut
-with an ellipsis; the JSON output keeps them whole.
+with an ellipsis; the JSON output keeps them whole. A long string that changed is never cut at the
+same place on both sides (which hid every change after the first 120 characters): both sides show a
+window around the first character that differs, and say where it is.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from trainyard.review.changes import ABSENT
 from trainyard.review.render import REDACTED
 
 MAX_VALUE_CHARS: Final = 120
+CONTEXT_CHARS: Final = 40  # characters shown before the first difference of a long changed string
 _BARE = re.compile(r"^[A-Za-z0-9_./:@+=%-]+$")
 _LOOKS_TYPED = re.compile(r"^(true|false|null|yes|no|~|-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?)$", re.IGNORECASE)
 
@@ -61,7 +64,31 @@ def arrow(old: Any, new: Any, path: str = "") -> str:
         return _quantity_arrow(old, new)
     if old == new:
         return compact(old)
+    if isinstance(old, str) and isinstance(new, str) and max(len(_whole(old)), len(_whole(new))) > MAX_VALUE_CHARS:
+        return changed_text(old, new)
     return f"{compact(old)} -> {compact(new)}{delta(old, new)}"
+
+
+def _whole(value: str) -> str:
+    return compact(value, limit=len(value) * 6 + 2)  # longer than any JSON escaping of it
+
+
+def changed_text(old: str, new: str) -> str:
+    """Two long strings that differ, each as the part around the difference: ``…"x": "a"… -> …"x": "b"…
+    (from character 812)``. The window starts CONTEXT_CHARS before the first differing character and
+    ends CONTEXT_CHARS after the last one (the common tail is left out), cut to MAX_VALUE_CHARS."""
+    first = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
+    tail = 0
+    while tail < min(len(old), len(new)) - first and old[len(old) - 1 - tail] == new[len(new) - 1 - tail]:
+        tail += 1
+    start = max(0, first - CONTEXT_CHARS)
+
+    def window(text: str) -> str:
+        end = min(len(text), len(text) - tail + CONTEXT_CHARS, start + MAX_VALUE_CHARS)
+        body = json.dumps(text[start:end], ensure_ascii=False)
+        return ("…" if start else "") + body + ("…" if end < len(text) else "")
+
+    return f"{window(old)} -> {window(new)} (from character {first + 1})"
 
 
 def _quantity_arrow(old: Any, new: Any) -> str:
