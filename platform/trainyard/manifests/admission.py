@@ -320,8 +320,8 @@ def default_priority_policy(config: PlatformConfig) -> list[Manifest]:
     PriorityClass), below every class a stack declares, so an unlabelled job (the SDK writes no label
     unless asked) would be the first preempted and the last admitted, whatever the tenant's default says.
     ``trainyard check`` assumes the label this policy adds (``trainjob_defaults``) and holds a label the job
-    sets to the tenant's classes (rule ``trainjob-priority-class``). A label the job sets is never changed. The defaults are a CEL map literal keyed by
-    namespace, so a changed default is a reviewed diff of the policy.
+    sets to the tenant's classes (rule ``trainjob-priority-class``). A label the job sets is never changed.
+    The defaults are a CEL map literal keyed by namespace, so a changed default is a reviewed diff of the policy.
     Ref: https://kueue.sigs.k8s.io/docs/concepts/workload_priority_class/
     """
     defaults = default_priority_classes(config)

@@ -1,8 +1,9 @@
 """``trainyard check`` and ``trainyard policy-config``: the offline runner of the policy rules.
 
 ``check STACK [FILE...]`` renders the stack, adds the manifests in FILEs (a tenant's TrainJob in
-a pull request, say), gives each TrainJob the labels the cluster adds on create (Kueue's queue, the
-tenant's default priority class: ``manifests/trainjob_defaults.py``, printed as ASSUMED) and prints every finding: one block per finding for a terminal, or with
+a pull request, say), gives each TrainJob the labels the cluster adds on create (Kueue's queue,
+the tenant's default priority class: ``manifests/trainjob_defaults.py``, printed as ASSUMED) and
+prints every finding: one block per finding for a terminal, or with
 ``--format json|sarif|junit`` a document for CI (``policy/report.py``). Exit 1 on a mandatory finding,
 0 otherwise, 2 on bad input (a stack or a FILE that cannot be read), like every ``trainyard`` command,
 whatever the format.
