@@ -83,6 +83,10 @@ def test_a_tenant_sees_its_waiting_jobs_their_places_and_kueues_reasons_and_noth
             waiting = [quota_reserved(workloads[name]) for name in WAITING]
             if runs is None or runs["status"] != "True" or any(c is None or c["status"] != "False" for c in waiting):
                 return None
+            # ... and Kueue has counted them in the LocalQueue's status (its own reconcile, a moment later).
+            status = rehearsal.kube.get("localqueues.kueue.x-k8s.io", "default", namespace).get("status", {})
+            if status.get("pendingWorkloads") != len(WAITING) or not status.get("flavorsReservation"):
+                return None
             return {name: w for name, w in workloads.items() if w is not None}
 
         workloads = wait_until("one job admitted and three waiting with Kueue's reason", settled, 120, interval=2)

@@ -273,6 +273,9 @@ def _position(value: int | None) -> str:
 
 def to_markdown(status: TenantStatus, accelerators_only: bool = True) -> str:
     lines = [f"# Kueue status of namespace {status.namespace}: {status.context}", ""]
+    if not status.queues:
+        lines.append(f"Namespace {status.namespace} has no LocalQueue: its jobs are queued nowhere (every Trainyard "
+                     "tenant namespace has one named default).")
     for queue in status.queues:
         if queue.visibility_error is None:
             lines.append(f"Positions in LocalQueue {queue.name}: from Kueue's visibility API "
