@@ -150,8 +150,10 @@ class Access:
     namespace: str | None  # None: cluster-scoped
     allowed: bool
     name: str | None = None
+    subresource: str | None = None  # e.g. pendingworkloads of Kueue's visibility API (read with get --raw)
 
 
+VISIBILITY_LOCAL_QUEUES = "localqueues.visibility.kueue.x-k8s.io"
 TARGET = "rbac-target"  # a TrainJob the test creates (as admin) in both tenants' namespaces
 WORKLOAD = "<its Workload>"  # resolved to the Workload Kueue made for it
 
@@ -164,12 +166,16 @@ def rbac_rows() -> list[Access]:
         rows += [Access("create", trainjobs, namespace, allowed), Access("watch", trainjobs, namespace, allowed),
                  Access("list", trainjobs, namespace, allowed), Access("get", trainjobs, namespace, allowed, TARGET),
                  Access("delete", trainjobs, namespace, allowed, TARGET),
-                 Access("get", workloads, namespace, allowed, WORKLOAD), Access("watch", workloads, namespace, allowed)]
+                 Access("get", workloads, namespace, allowed, WORKLOAD), Access("watch", workloads, namespace, allowed),
+                 Access("list", workloads, namespace, allowed),
+                 Access("list", "localqueues.kueue.x-k8s.io", namespace, allowed),
+                 # Kueue's visibility API: its LocalQueue's pending Workloads and their positions (trainyard status
+                 # --tenant). Authorized before routing: allowed is a 404 here (not served on the rehearsal), denied a 403.
+                 Access("get", VISIBILITY_LOCAL_QUEUES, namespace, allowed, "default", "pendingworkloads")]
     rows += [
         # A submitted job and its Workload are changed by the controllers, not by hand.
         Access("update", trainjobs, own, False, TARGET),
         Access("update", workloads, own, False, WORKLOAD),
-        Access("list", "localqueues.kueue.x-k8s.io", own, True),
         Access("update", "localqueues.kueue.x-k8s.io", own, False, "default"),
         Access("list", "pods", own, True),
         Access("create", "pods", own, False),
@@ -184,6 +190,8 @@ def rbac_rows() -> list[Access]:
         Access("delete", "clustertrainingruntimes.trainer.kubeflow.org", None, False, "torch-distributed"),
         Access("create", "trainingruntimes.trainer.kubeflow.org", own, False),
         Access("get", "clusterqueues.kueue.x-k8s.io", None, False, TENANT),
+        # A ClusterQueue's pending Workloads (cluster-scoped): the tenant's own ClusterQueue is not granted either.
+        Access("get", "clusterqueues.visibility.kueue.x-k8s.io", None, False, TENANT, "pendingworkloads"),
         Access("update", "clusterqueues.kueue.x-k8s.io", None, False, TENANT),
         Access("patch", "clusterqueues.kueue.x-k8s.io", None, False, TENANT),
         Access("create", "clusterqueues.kueue.x-k8s.io", None, False),
@@ -209,16 +217,35 @@ class Impersonated:
                               input=stdin, capture_output=True, text=True, timeout=60, check=False)
 
     def can_i(self, row: Access, name: str | None) -> bool:
+        if row.subresource:
+            return self.self_review(row, name)
         target = f"{row.resource}/{name}" if name else row.resource
         result = self.kubectl("auth", "can-i", row.verb, target, *(["-n", row.namespace] if row.namespace else []))
         assert result.stdout.strip() in {"yes", "no"}, result.stderr
         return result.stdout.strip() == "yes"
 
+    def self_review(self, row: Access, name: str | None) -> bool:
+        """The SelfSubjectAccessReview ``kubectl auth can-i`` would send, written out: for an API group the server does
+        not serve, kubectl cannot map the resource and asks about a group-less resource of that whole name instead
+        (Ref: kubectl pkg/cmd/auth/cani.go, resourceFor)."""
+        plural, group = row.resource.split(".", 1)
+        attributes = {"verb": row.verb, "group": group, "resource": plural, "subresource": row.subresource,
+                      **({"name": name} if name else {}), **({"namespace": row.namespace} if row.namespace else {})}
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                  "spec": {"resourceAttributes": attributes}}
+        result = self.kubectl("create", "-o", "json", "-f", "-", stdin=json.dumps(review))
+        assert result.returncode == 0, result.stderr
+        return bool(json.loads(result.stdout)["status"].get("allowed"))
+
     def attempt(self, row: Access, name: str | None, sample: dict[str, Any]) -> tuple[bool, str]:
         """The real request (writes as server-side dry runs: nothing changes); (authorized, what the server said)."""
         ns = ["-n", row.namespace] if row.namespace else []
         target = [row.resource, *([name] if name else [])]
-        if row.verb == "create":
+        if row.subresource:  # an aggregated API's subresource: the path Kueue's clients GET
+            plural, group = row.resource.split(".", 1)
+            scope = f"namespaces/{row.namespace}/" if row.namespace else ""
+            result = self.kubectl("get", "--raw", f"/apis/{group}/v1beta2/{scope}{plural}/{name}/{row.subresource}")
+        elif row.verb == "create":
             result = self.kubectl("create", "--dry-run=server", "-f", "-", *ns, stdin=json.dumps(sample))
         elif row.verb == "update":  # PUT of the object as it is (read by the admin), with one annotation more
             assert name is not None
@@ -291,7 +318,8 @@ def check_matrix(rehearsal: Rehearsal, who: Impersonated, groups: tuple[str, ...
         review = who.can_i(row, name)
         sample = samples(rehearsal, row.namespace, row.resource) if row.verb == "create" else {}
         real, said = who.attempt(row, name, sample)
-        cells = [f"{TENANT}-member ({', '.join(groups)})", row.verb, row.resource + (f"/{name}" if name else ""),
+        cells = [f"{TENANT}-member ({', '.join(groups)})", row.verb,
+                 row.resource + (f"/{name}" if name else "") + (f"/{row.subresource}" if row.subresource else ""),
                  row.namespace or "(cluster)", "allowed" if row.allowed else "denied", "allowed" if review else "denied",
                  "allowed" if real else "denied", said.replace("|", "/")]
         lines.append("| " + " | ".join(cells) + " |")

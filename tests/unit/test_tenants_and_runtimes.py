@@ -31,6 +31,16 @@ def test_tenant_role_creates_and_watches_trainjobs_but_never_touches_runtimes_qu
     assert not {"clusterqueues", "resourcequotas"} & {r for (_, r) in granted}
 
 
+def test_tenant_role_reads_the_pending_workloads_of_its_own_local_queues_through_the_visibility_api_only() -> None:
+    """`trainyard status --tenant` asks Kueue's visibility API for its LocalQueue's pending Workloads: get on the
+    namespaced subresource, in a Role (its namespace only); a ClusterQueue's list would show every namespace's jobs."""
+    role = tenants.role_for(stack("prod").config.tenants[0])
+    visibility = [r for r in role["rules"] if "visibility.kueue.x-k8s.io" in r["apiGroups"]]
+    assert role["kind"] == "Role" and role["metadata"]["namespace"] == "llm-pretrain"
+    assert visibility == [{"apiGroups": ["visibility.kueue.x-k8s.io"], "resources": ["localqueues/pendingworkloads"],
+                           "verbs": ["get"]}]
+
+
 def test_every_tenant_group_reads_the_approved_cluster_runtimes_and_nothing_else() -> None:
     config = stack("prod").config
     role, binding = tenants.runtime_reader(config)

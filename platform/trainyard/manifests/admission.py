@@ -329,6 +329,12 @@ def initializer_env_policy() -> list[Manifest]:
 DEFAULT_PRIORITY_POLICY = "trainyard-trainjob-default-priority"
 
 
+def default_priority_classes(config: PlatformConfig) -> dict[str, str]:
+    """By tenant namespace, the priority class ``trainyard-trainjob-default-priority`` gives an unlabelled TrainJob
+    (the tenant's ``default_priority_class``); the policy params and ``trainyard check`` read this one source."""
+    return {t.namespace_name: t.default_priority_class for t in config.tenants if t.default_priority_class}
+
+
 def default_priority_policy(config: PlatformConfig) -> list[Manifest]:
     """A MutatingAdmissionPolicy that labels a new TrainJob without a priority class with its tenant's
     ``default_priority_class`` (``kueue.x-k8s.io/priority-class``).
@@ -336,12 +342,13 @@ def default_priority_policy(config: PlatformConfig) -> list[Manifest]:
     Why: Kueue gives a Workload whose job names no WorkloadPriorityClass priority 0 (or its pods'
     PriorityClass), below every class a stack declares, so an unlabelled job (the SDK writes no label
     unless asked) would be the first preempted and the last admitted, whatever the tenant's default says.
-    ``trainyard check`` asks for the label in reviewed YAML (rule ``trainjob-priority-class``); this holds
-    for everything else. A label the job sets is never changed. The default is the namespace's params
-    (``default-priority-class``; none there, no label), so a changed default is a change of that tenant's key.
+    ``trainyard check`` assumes the label this policy adds (``trainjob_defaults``) and holds a label the job
+    sets to the tenant's classes (rule ``trainjob-priority-class``). A label the job sets is never changed.
+    The default is the namespace's params (``default-priority-class``; none there, no label), so a changed
+    default is a change of that tenant's key.
     Ref: https://kueue.sigs.k8s.io/docs/concepts/workload_priority_class/
     """
-    if not any(t.default_priority_class for t in config.tenants):
+    if not default_priority_classes(config):
         return []
     key = PRIORITY_CLASS_LABEL.replace("~", "~0").replace("/", "~1")  # RFC 6901 escaping
     missing = (f"variables.defaultPriorityClass != '' && !(has(object.metadata.labels) && "

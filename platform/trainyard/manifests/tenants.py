@@ -1,7 +1,8 @@
 """Tenants: a namespace per ML team, its queue, identity, permissions and quotas.
 
 A tenant may create and watch TrainJobs and read the Kueue Workloads and pods they make, its
-LocalQueue, and the approved runtimes (what the Kubeflow SDK's ``list_runtimes`` reads: the
+LocalQueue and, through Kueue's visibility API, the places of its pending Workloads in it (never a
+ClusterQueue: those are cluster-scoped), and the approved runtimes (what the Kubeflow SDK's ``list_runtimes`` reads: the
 cluster's ClusterTrainingRuntimes and its namespace's TrainingRuntimes).
 It may not touch runtimes, queues or quotas: those are the platform team's, declared here.
 """
@@ -16,6 +17,9 @@ from trainyard.manifests import kueue
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import TENANT_LABEL, Manifest, metadata
 from trainyard.quantity import format_quantity, parse_quantity
+
+# Kueue's aggregated visibility API (served by the Kueue manager behind the APIService the chart installs).
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 
 # Pod Security Admission, enforced at the restricted level in every tenant namespace.
 # Ref: https://kubernetes.io/docs/concepts/security/pod-security-admission/
@@ -52,6 +56,11 @@ def role_for(tenant: Tenant) -> Manifest:
             {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs/status"], "verbs": ["get"]},
             {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainingruntimes"], "verbs": read},
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": read},
+            # Kueue's visibility API: the pending Workloads of a LocalQueue of this namespace with their positions
+            # (what `trainyard status --tenant` reads). Its storage serves only get; a ClusterQueue's list (cluster-
+            # scoped, every namespace's jobs) is not granted.
+            # Ref: kueue v0.19.2 pkg/visibility/storage/storage.go, pending_workloads_lq.go (rest.GetterWithOptions).
+            {"apiGroups": [VISIBILITY_GROUP], "resources": ["localqueues/pendingworkloads"], "verbs": ["get"]},
             {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": read},
             {"apiGroups": [""], "resources": ["pods", "events"], "verbs": read},
             {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},

@@ -1,7 +1,9 @@
 """``trainyard check`` and ``trainyard policy-config``: the offline runner of the policy rules.
 
 ``check STACK [FILE...]`` renders the stack, adds the manifests in FILEs (a tenant's TrainJob in
-a pull request, say) and prints every finding: one block per finding for a terminal, or with
+a pull request, say), gives each TrainJob the labels the cluster adds on create (Kueue's queue,
+the tenant's default priority class: ``manifests/trainjob_defaults.py``, printed as ASSUMED) and
+prints every finding: one block per finding for a terminal, or with
 ``--format json|sarif|junit`` a document for CI (``policy/report.py``). Exit 1 on a mandatory finding,
 0 otherwise, 2 on bad input (a stack or a FILE that cannot be read), like every ``trainyard`` command,
 whatever the format.
@@ -177,6 +179,7 @@ def format_table(findings: list[Finding]) -> str:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from trainyard.manifests.trainjob_defaults import AddedLabel, labels_added_on_create, with_labels
     from trainyard.policy.engine import evaluate, safe_object_id
     from trainyard.policy.model import Context
     from trainyard.policy.rules import RULES
@@ -185,7 +188,17 @@ def _cmd_check(args: argparse.Namespace) -> int:
     located = load_located_manifests(args.files, args.namespace)
     rendered = stack.render()
     check_schemas([(where, manifest) for where, _, manifest in located], rendered.crds)
-    extra = [manifest for _, _, manifest in located]
+    # The rules see each TrainJob as the API server stores it: with the labels Kueue and Trainyard's
+    # admission add on create (manifests/trainjob_defaults.py), each one named in the report.
+    given = [manifest for _, _, manifest in located]
+    cluster = [*rendered.all_objects, *given]
+    assumed: dict[str, tuple[AddedLabel, ...]] = {}
+    extra = []
+    for manifest in given:
+        added = labels_added_on_create(stack.config, cluster, manifest)
+        if added:
+            assumed[safe_object_id(manifest)] = added
+        extra.append(with_labels(manifest, added))
     findings = evaluate(stack.config, rendered, extra)
     ctx = Context(stack.config)
     exceptions = [f"Namespace/{e.namespace} enforces Pod Security {e.level} ({e.reason})"
@@ -193,7 +206,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     report = CheckReport(
         stack.name, stack.path, stack.root, tuple(findings), tuple((rule, ctx.level(rule)) for rule in RULES),
         len(rendered.all_objects), len(extra), {safe_object_id(m): source for _, source, m in located},
-        (*exceptions, *data_cache_exceptions(stack.config)))
+        (*exceptions, *data_cache_exceptions(stack.config)), assumed)
     if args.format == "json":
         text = json.dumps(to_json(report), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     elif args.format == "sarif":

@@ -15,10 +15,13 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainyard import __version__
 from trainyard.policy.model import STACK_OBJECT, Finding, Rule
+
+if TYPE_CHECKING:
+    from trainyard.manifests.trainjob_defaults import AddedLabel
 
 CHECK_SCHEMA = "trainyard.check/v1"
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -45,6 +48,8 @@ class CheckReport:
     extra_objects: int
     sources: dict[str, Source] = field(default_factory=dict)  # object id -> where the extra manifest came from
     exceptions: tuple[str, ...] = ()
+    # object id -> the labels the cluster adds to that extra manifest on create, which the rules saw it with
+    assumed: dict[str, tuple[AddedLabel, ...]] = field(default_factory=dict)
 
     @property
     def mandatory(self) -> int:
@@ -96,8 +101,21 @@ def format_blocks(findings: Sequence[Finding], sources: dict[str, Source] | None
     return "".join(block + "\n\n" for block in blocks)
 
 
+def format_assumed(assumed: dict[str, tuple[AddedLabel, ...]], sources: dict[str, Source] | None = None) -> str:
+    """One block per extra manifest the cluster labels on create: what the rules assumed, and who adds it."""
+    blocks = []
+    for object_id, labels in assumed.items():
+        source = (sources or {}).get(object_id)
+        lines = [f"ASSUMED  {object_id}  (as the cluster labels it on create)"]
+        lines += [f"  at {source.file}:{source.line}"] if source else []
+        lines += [f"  {label.describe()}" for label in labels]
+        blocks.append("\n".join(lines))
+    return "".join(block + "\n\n" for block in blocks)
+
+
 def to_text(report: CheckReport, width: int | None = None) -> str:
-    lines = [format_blocks(report.findings, report.sources, width) + report.summary_line()]
+    lines = [format_assumed(report.assumed, report.sources) + format_blocks(report.findings, report.sources, width)
+             + report.summary_line()]
     lines += [f"reviewed exception: {text}" for text in report.exceptions]
     return "\n".join(lines) + "\n"
 
@@ -124,7 +142,14 @@ def to_json(report: CheckReport) -> dict[str, Any]:
         "findings": [{"rule_id": f.rule_id, "severity": f.severity, "object": f.object_id, "message": f.message,
                       "hint": f.hint, "location": _location(report, f)} for f in report.findings],
         "reviewed_exceptions": list(report.exceptions),
+        "assumed": [{"object": object_id, "label": label.key, "value": label.value, "added_by": label.added_by,
+                     "reason": label.why, "location": _source_location(report.sources.get(object_id))}
+                    for object_id, labels in report.assumed.items() for label in labels],
     }
+
+
+def _source_location(source: Source | None) -> dict[str, Any] | None:
+    return {"file": source.file, "line": source.line} if source else None
 
 
 # --- SARIF 2.1.0 ------------------------------------------------------------------------------
@@ -187,7 +212,9 @@ def to_sarif(report: CheckReport) -> dict[str, Any]:
             "automationDetails": {"id": f"trainyard-check/{report.stack}/"},
             "invocations": [{"executionSuccessful": True, "exitCode": report.exit_code}],
             "results": results,
-            "properties": {"stack": report.stack, "summary": report.summary_line()},
+            "properties": {"stack": report.stack, "summary": report.summary_line(),
+                           "assumed": [f"{object_id}: {label.describe()}" for object_id, labels in report.assumed.items()
+                                       for label in labels]},
         }],
     }
 

@@ -1,7 +1,10 @@
 """Rules on what tenants submit: a TrainJob uses an approved runtime, its namespace's queue, an allowed priority.
 
 These are the rules a tenant's pull request is held to, and the same ones the admission
-policies in ``manifests/admission.py`` enforce when the TrainJob reaches the API server.
+policies in ``manifests/admission.py`` enforce when the TrainJob reaches the API server. They read a
+TrainJob as the API server stores it: ``trainyard check`` first adds the labels the cluster adds on
+create (``manifests/trainjob_defaults.py``), so only a label that is missing where nothing adds it, or
+present and wrong, is a finding.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from trainyard.manifests import trainjob_resources
-from trainyard.manifests.meta import PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, Manifest
+from trainyard.manifests.meta import DEFAULT_LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, Manifest
 from trainyard.policy.model import Context, object_rule, stack_rule
 from trainyard.policy.pods import as_dict, as_list, containers, dig
 
@@ -50,8 +53,10 @@ def trainjob_approved_runtime(obj: Manifest, ctx: Context) -> Iterator[str]:
         yield f"spec.runtimeRef.name {name!r} is not an approved runtime ({', '.join(approved)})"
 
 
-@stack_rule("trainjob-queue-label", f"A TrainJob carries {QUEUE_NAME_LABEL} naming a LocalQueue of its namespace.",
-            f"Add the label {QUEUE_NAME_LABEL}: default (the tenant's LocalQueue).",
+@stack_rule("trainjob-queue-label", f"A TrainJob carries {QUEUE_NAME_LABEL} naming a LocalQueue of its namespace "
+            "(in a tenant namespace Kueue's LocalQueue defaulting adds it).",
+            f"Leave the label out in a tenant namespace (Kueue adds {QUEUE_NAME_LABEL}: default), or set it to default "
+            "(the tenant's LocalQueue); submit to a tenant namespace.",
             admission="trainyard-trainjob-queue")
 def trainjob_queue_label(objects: Sequence[Manifest], ctx: Context) -> Iterator[tuple[Manifest | None, str]]:
     queues = {(_namespace(o), str(dig(o, "metadata", "name"))) for o in objects if o.get("kind") == "LocalQueue"}
@@ -60,14 +65,16 @@ def trainjob_queue_label(objects: Sequence[Manifest], ctx: Context) -> Iterator[
             continue
         queue, namespace = _labels(obj).get(QUEUE_NAME_LABEL), _namespace(obj)
         if queue is None:
-            yield obj, f"has no {QUEUE_NAME_LABEL} label"
+            yield obj, (f"has no {QUEUE_NAME_LABEL} label, and Kueue adds none in namespace {namespace!r} (it defaults "
+                        f"the queue only in a namespace it manages with a LocalQueue named {DEFAULT_LOCAL_QUEUE!r})")
         elif (namespace, queue) not in queues:
             yield obj, f"{QUEUE_NAME_LABEL} {queue!r} is not a LocalQueue of namespace {namespace!r}"
 
 
-@object_rule("trainjob-priority-class", f"A TrainJob names, with {PRIORITY_CLASS_LABEL}, a priority class its tenant may use.",
-             f"Set the label {PRIORITY_CLASS_LABEL} to one of the tenant's priority_classes "
-             "(its default_priority_class when in doubt).")
+@object_rule("trainjob-priority-class", f"A TrainJob names, with {PRIORITY_CLASS_LABEL}, a priority class its tenant may use "
+             "(trainyard-trainjob-default-priority adds the tenant's default where it names none).",
+             f"Set the label {PRIORITY_CLASS_LABEL} to one of the tenant's priority_classes, or leave it out for the "
+             "tenant's default_priority_class.")
 def trainjob_priority_class(obj: Manifest, ctx: Context) -> Iterator[str]:
     tenant = ctx.tenant_of(obj)
     if obj.get("kind") != "TrainJob" or tenant is None or not tenant.priority_classes:
@@ -75,7 +82,8 @@ def trainjob_priority_class(obj: Manifest, ctx: Context) -> Iterator[str]:
     allowed = ", ".join(tenant.priority_classes)
     priority = _labels(obj).get(PRIORITY_CLASS_LABEL)
     if priority is None:
-        yield f"has no {PRIORITY_CLASS_LABEL} label (tenant {tenant.name} may use: {allowed})"
+        yield (f"has no {PRIORITY_CLASS_LABEL} label, and no admission policy of the stack adds a default for tenant "
+               f"{tenant.name} (it may use: {allowed})")
     elif priority not in tenant.priority_classes:
         yield f"priority class {priority!r} is not allowed for tenant {tenant.name} (allowed: {allowed})"
 

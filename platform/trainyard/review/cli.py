@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from trainyard.cli import EXIT_OK, EXTRA_COMMANDS, UsageError
 
 if TYPE_CHECKING:
+    from trainyard.config.model import Tenant
     from trainyard.review.diff import Review
 
 # The review modules are imported by the commands that use them: every `trainyard` command
@@ -95,7 +96,54 @@ def _kubectl(args: argparse.Namespace) -> list[str]:
     return [binary, *(["--kubeconfig", kubeconfig] if kubeconfig else []), "--context", args.context or cluster.context]
 
 
+def _tenant_namespace(args: argparse.Namespace, tenants: tuple[Tenant, ...]) -> str:
+    """The namespace of ``--tenant NAME`` (from the stack's tenants), or ``--namespace``."""
+    if args.namespace:
+        return str(args.namespace)
+    found = next((t for t in tenants if t.name == args.tenant), None)
+    if found is None:
+        raise UsageError(f"--tenant: {args.tenant!r} is not a tenant of stack {args.stack} "
+                         f"({', '.join(t.name for t in tenants) or 'none'})")
+    return found.namespace_name
+
+
+def _cmd_tenant_status(args: argparse.Namespace) -> int:
+    from trainyard.project import open_stack
+    from trainyard.review.status import ClusterReadError
+    from trainyard.review.tenant_status import read_namespace, tenant_report, to_json, to_markdown
+
+    config = open_stack(args.stack).config
+    namespace = _tenant_namespace(args, config.tenants)
+    if args.from_file:
+        try:
+            snapshot = json.loads(Path(args.from_file).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UsageError(f"{args.from_file}: cannot read a recorded snapshot: {exc}") from None
+        if not isinstance(snapshot, dict) or snapshot.get("namespace") != namespace:
+            raise UsageError(f"{args.from_file}: not a recorded snapshot of namespace {namespace} (see --save)")
+        context = f"{args.stack} (recorded: {Path(args.from_file).name})"
+    else:
+        kubectl = _kubectl(args)
+        try:
+            snapshot = read_namespace(kubectl, namespace)
+        except ClusterReadError as exc:
+            raise UsageError(str(exc)) from None
+        context = kubectl[-1]
+    if args.save:
+        Path(args.save).write_text(json.dumps(snapshot, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    requeuing = config.kueue.wait_for_pods_ready.requeuing.timestamp
+    try:
+        report = tenant_report(snapshot, context, requeuing)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UsageError(f"{args.from_file or 'the cluster'}: not the shape of Kueue's LocalQueues, Workloads and "
+                         f"visibility answers ({type(exc).__name__}: {str(exc)[:200]})") from None
+    _emit(to_json(report) if args.format == "json" else to_markdown(report, not args.all_resources), args.out)
+    return EXIT_OK
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
+    if args.tenant or args.namespace:
+        return _cmd_tenant_status(args)
     from trainyard.review.status import ClusterReadError, read_cluster, status_report
     from trainyard.review.status import to_json as status_json
     from trainyard.review.status import to_markdown as status_markdown
@@ -142,7 +190,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     comment.set_defaults(func=_cmd_preview_comment)
 
     help_text = ("read the live cluster: quota, usage and borrowing per ClusterQueue and flavor, and the pending "
-                 "workloads with the reason Kueue gives, oldest first")
+                 "workloads with the reason Kueue gives, oldest first; with --tenant, one tenant's queue, positions and "
+                 "reasons, read with the tenant's own rights")
     status = subparsers.add_parser("status", help=help_text, description=help_text)
     status.add_argument("stack", metavar="STACK", help="stack name (its cluster.kubeconfig and cluster.context are used)")
     status.add_argument("--context", help="kubeconfig context (default: the stack's cluster.context)")
@@ -153,6 +202,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     status.add_argument("--all-resources", action="store_true", help="list cpu and memory too, not only GPU resources")
     status.add_argument("--format", choices=("markdown", "json"), default="markdown", help="output format")
     status.add_argument("--out", metavar="FILE", help="write the report to FILE instead of stdout")
+    scope = status.add_mutually_exclusive_group()
+    scope.add_argument("--tenant", metavar="NAME",
+                       help="one tenant's view with only its own RBAC: its LocalQueues, its Workloads' positions and why "
+                            "each waits (Kueue's visibility API, else estimated from the Workloads)")
+    scope.add_argument("--namespace", "-n", metavar="NS", help="as --tenant, for the namespace NS")
     status.set_defaults(func=_cmd_status)
 
 

@@ -113,7 +113,7 @@ def _resources(queue: dict[str, Any]) -> tuple[ResourceStatus, ...]:
     return tuple(out)
 
 
-def _condition(workload: dict[str, Any], kind: str) -> dict[str, Any] | None:
+def condition(workload: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in (workload.get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
 
 
@@ -121,16 +121,16 @@ def is_pending(workload: dict[str, Any]) -> bool:
     """No quota reserved yet, not finished, and not deactivated."""
     if (workload.get("spec") or {}).get("active") is False:
         return False
-    finished = _condition(workload, "Finished")
-    reserved = _condition(workload, "QuotaReserved")
+    finished = condition(workload, "Finished")
+    reserved = condition(workload, "QuotaReserved")
     return not (finished and finished.get("status") == "True") and not (reserved and reserved.get("status") == "True")
 
 
 def _why(workload: dict[str, Any]) -> tuple[str, str]:
-    reserved = _condition(workload, "QuotaReserved")
+    reserved = condition(workload, "QuotaReserved")
     if reserved is not None:
         return str(reserved.get("reason", "")), str(reserved.get("message", ""))
-    evicted = _condition(workload, "Evicted")
+    evicted = condition(workload, "Evicted")
     if evicted is not None and evicted.get("status") == "True":
         return f"Evicted/{evicted.get('reason', '')}", str(evicted.get("message", ""))
     return "NotConsidered", "Kueue has not tried to admit it yet (no QuotaReserved condition)"
