@@ -69,4 +69,5 @@ RULE_IDS: frozenset[str] = frozenset({
     # policy/supply.py
     "images-in-bom",
     "chart-images-known",
+    "charts-from-mirror",
 })

@@ -126,8 +126,9 @@ def engine_env(cluster: Cluster, base: Path, stack_file: Path) -> dict[str, str]
     return env
 
 
-def run_dir(base: Path, stack_file: Path, chart_dir: Path, mode: str) -> Path:
-    """A Pulumi project like the one tools/pulumi-local.sh prepares, whose main is the test program."""
+def run_dir(base: Path, stack_file: Path, chart_dir: Path | None, mode: str) -> Path:
+    """A Pulumi project like the one tools/pulumi-local.sh prepares, whose main is the test program (Kueue's
+    chart from ``chart_dir``; None: as the stack renders it)."""
     run = base / "run"
     (run / "stacks").mkdir(parents=True)
     project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
@@ -136,7 +137,9 @@ def run_dir(base: Path, stack_file: Path, chart_dir: Path, mode: str) -> Path:
     (run / "program").symlink_to(PROGRAM)
     (run / ".venv").symlink_to(ROOT / ".venv")
     document = yaml.safe_load(stack_file.read_text())
-    document["config"].update({"trainyard-test:kueueChart": str(chart_dir), "trainyard-test:postRenderer": mode})
+    document["config"].update({"trainyard-test:postRenderer": mode})
+    if chart_dir is not None:
+        document["config"]["trainyard-test:kueueChart"] = str(chart_dir)
     (run / "stacks" / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
     return run
 

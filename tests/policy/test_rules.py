@@ -190,6 +190,7 @@ CASES: dict[str, Case] = {
         [trainjob(initializer={"dataset": {"storageUri": "s3://b/d"}})]),
     "images-in-bom": lambda objs: ([*objs, _deployment("quay.io/someone/exporter:v1")], objs),
     "chart-images-known": lambda objs: (objs, objs),  # the releases differ, see _context
+    "charts-from-mirror": lambda objs: (objs, objs),  # the stack's charts.mirror differs, see _context
 }
 
 
@@ -264,7 +265,7 @@ def _claiming_exception(name: str) -> dict[str, Any]:
     return namespace
 
 
-def _context(rule_id: str, flagged: bool) -> Context:
+def _context(rule_id: str, flagged: bool) -> Context:  # noqa: PLR0911 - one case per rule
     config = stack("prod").config
     if rule_id == "data-protected":
         return Context(config, protection=lambda _: not flagged)
@@ -278,6 +279,10 @@ def _context(rule_id: str, flagged: bool) -> Context:
         return Context(config, protection=lambda _: True, releases=rendered("prod").releases)
     if rule_id == "chart-images-known":
         return Context(config, releases=rendered("prod").releases + ((UNRENDERED_CHART,) if flagged else ()))
+    if rule_id == "charts-from-mirror":
+        # prod names its chart mirror; without it, its images come from the mirror and its charts from upstream.
+        charts = config.charts.model_copy(update={"mirror": None}) if flagged else config.charts
+        return Context(config.model_copy(update={"charts": charts}), releases=rendered("prod").releases)
     return Context(config)
 
 
@@ -351,7 +356,7 @@ def test_images_in_bom_flags_a_chart_that_renders_another_image_than_trainyard_s
     ctx = Context(stack("prod").config, protection=lambda _: True, releases=releases)
     findings = run_rules([RULES_BY_ID["images-in-bom"]], list(platform.all_objects), ctx)
     assert [f.message for f in findings] == [
-        "chart jobset (oci://registry.k8s.io/jobset/charts/jobset 0.12.0) renders image 'mirror/jobset/jobset:v0.12.0', "
+        "chart jobset (oci://registry.trainyard.internal/charts/jobset 0.12.0) renders image 'mirror/jobset/jobset:v0.12.0', "
         "which is not in the bill of materials"]
 
 

@@ -247,3 +247,34 @@ def test_local_deploys_with_placeholder_digests(monkeypatch: pytest.MonkeyPatch)
     rendered("local")
     registered, _ = run_program("local", monkeypatch, lock="committed")
     assert any(r.typ.endswith(":ClusterTrainingRuntime") for r in registered.resources)
+
+
+def test_charts_are_pulled_from_the_stacks_oci_chart_mirror_at_their_pinned_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    # prod names charts.mirror: every chart is <mirror>/<chart name> with no upstream repository (issue #24).
+    platform = rendered("prod")
+    prod, _ = run_program("prod", monkeypatch)
+    charts = {r.name: r.inputs for r in prod.resources if r.typ == "kubernetes:helm.sh/v4:Chart"}
+    releases = {r.name: r for r in platform.releases if not r.external}
+    assert sorted(charts) == sorted(releases)
+    for name, inputs in charts.items():
+        assert inputs["chart"] == f"oci://registry.trainyard.internal/charts/{releases[name].chart_name}", name
+        assert inputs["version"] == releases[name].version, name
+        assert "repositoryOpts" not in inputs and "plainHttp" not in inputs, name
+
+
+def test_a_loopback_chart_mirror_is_reached_over_plain_http_and_a_private_ca_is_passed_to_helm(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    document = yaml.safe_load((ROOT / "stacks" / "Pulumi.prod.yaml").read_text())
+    for name, charts in (("loopback", {"mirror": "oci://127.0.0.1:5000/charts", "plain_http": True}),
+                         ("private-ca", {"mirror": "oci://charts.example.com/trainyard", "ca_file": str(tmp_path / "ca.pem")})):
+        document["config"]["trainyard:platform"]["charts"] = charts
+        path = tmp_path / f"Pulumi.{name}.yaml"
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        registered, _ = run_program(str(path), monkeypatch)
+        inputs = [r.inputs for r in registered.resources if r.typ == "kubernetes:helm.sh/v4:Chart"]
+        assert inputs and all(i["chart"].startswith(charts["mirror"] + "/") for i in inputs)
+        if name == "loopback":
+            assert all(i["plainHttp"] is True and "repositoryOpts" not in i for i in inputs)
+        else:
+            assert all("plainHttp" not in i for i in inputs)
+            assert all(i["repositoryOpts"]["caFile"].path == str(tmp_path / "ca.pem") for i in inputs)

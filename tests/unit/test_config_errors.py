@@ -143,3 +143,27 @@ def test_a_removed_field_says_why_it_went_and_what_to_do() -> None:
     assert "Delete this field" in problem
     data["tenants"][1]["storage_quota"] = {"requests": "1Ti"}  # an unknown field is still called one
     assert any(p.startswith("trainyard:platform.tenants[1].storage_quota: unknown field") for p in problems_of(data))
+
+
+@pytest.mark.parametrize(("charts", "reason"), [
+    ({"mirror": "https://registry.example.com/charts"}, "is not an OCI chart mirror: oci://HOST[:PORT][/PATH]"),
+    ({"mirror": "oci://registry.example.com/charts/"}, "no trailing '/'"),
+    ({"mirror": "oci://registry.example.com/charts", "plain_http": True},
+     "plain_http is allowed only for a loopback mirror"),
+    ({"plain_http": True}, "plain_http and ca_file need mirror"),
+    ({"mirror": "oci://127.0.0.1:5000/charts", "plain_http": True, "ca_file": "ca.pem"}, "exclude each other"),
+])
+def test_a_chart_mirror_that_is_not_an_oci_mirror_or_would_go_unauthenticated_is_refused(
+        charts: dict[str, Any], reason: str) -> None:
+    data = local_platform()
+    data["charts"] = charts
+    (problem,) = problems_of(data)
+    assert problem.startswith("trainyard:platform.charts: ") and reason in problem, problem
+
+
+def test_a_loopback_chart_mirror_may_use_plain_http() -> None:
+    data = local_platform()
+    for host in ("127.0.0.1:5000", "localhost", "[::1]:5000"):
+        data["charts"] = {"mirror": f"oci://{host}/charts", "plain_http": True}
+        config = validate_platform(data, "stacks/Pulumi.test.yaml")
+        assert config.charts.mirror_host == host and config.charts.mirror_path == "charts"

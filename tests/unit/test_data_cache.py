@@ -155,6 +155,7 @@ def test_the_lws_crd_comes_from_the_chart_mirror_verified_by_its_blob_sha(tmp_pa
     (edited / source.name).write_bytes(source.read_bytes() + b"\n# edited\n")
     monkeypatch.setenv("TRAINYARD_CHARTS_DIR", str(tmp_path))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("TRAINYARD_CRDS_DIR", raising=False)
     with pytest.raises(CrdUnavailable, match=r"does not match upstream v0\.8\.0:charts/lws/crds/"):
-        mirror_only = config.crds.model_copy(update={"source": "mirror", "mirror_dir": str(tmp_path / "none")})
-        load_crds(config.model_copy(update={"crds": mirror_only}), [("lws", "0.8.0")])
+        # The chart mirror is consulted before the network; the edited copy is refused, never fetched around.
+        load_crds(config, [("lws", "0.8.0")])

@@ -37,7 +37,10 @@ def test_prod_gets_one_nvidiadriver_per_operator_managed_pool_selecting_its_node
 def test_chart_values_turn_cdi_on_sandboxes_off_and_use_trainyards_configs() -> None:
     (release,) = rendered("prod").concern("gpu-operator").releases
     values = release.values
-    assert (release.chart, release.version, release.namespace) == ("gpu-operator", "v26.7.0", "gpu-operator")
+    assert (release.chart_name, release.version, release.namespace) == ("gpu-operator", "v26.7.0", "gpu-operator")
+    # prod pulls it from its OCI chart mirror (charts.mirror), a copy of NVIDIA's Helm repository's chart.
+    assert (release.chart, release.repo) == ("oci://registry.trainyard.internal/charts/gpu-operator", None)
+    assert release.upstream == "https://helm.ngc.nvidia.com/nvidia/gpu-operator"
     assert values["cdi"] == {"enabled": True}
     assert values["sandboxWorkloads"] == {"enabled": False}
     assert values["driver"]["enabled"] is True

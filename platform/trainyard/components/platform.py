@@ -207,6 +207,17 @@ def keep_regenerated_secrets(names: tuple[str, ...]) -> pulumi.ResourceTransform
     return transform
 
 
+def chart_repository_opts(release: ChartRelease, stack_dir: Path | None) -> k8s.helm.v4.RepositoryOptsArgs | None:
+    """helm's repository options of a release: the upstream chart repository's URL, or the private CA that signed
+    the OCI chart mirror's certificate (``repositoryOpts.caFile`` reaches helm's registry client for ``oci://``
+    charts too: pulumi-kubernetes provider/pkg/helm/tool.go ``ApplyRepositoryOpts``, ``newRegistryClient``)."""
+    if release.ca_file:
+        path = Path(release.ca_file)
+        resolved = path if path.is_absolute() or stack_dir is None else stack_dir / path
+        return k8s.helm.v4.RepositoryOptsArgs(ca_file=pulumi.FileAsset(str(resolved)))
+    return k8s.helm.v4.RepositoryOptsArgs(repo=release.repo) if release.repo else None
+
+
 def _title(concern: str) -> str:
     return "".join(part.title() for part in concern.split("-"))
 
@@ -215,9 +226,10 @@ class ConcernGroup(pulumi.ComponentResource):
     """One concern's platform-level objects, then its chart releases (charts install with no CRDs at all)."""
 
     def __init__(self, config: PlatformConfig, concern: Concern, declared: Declared, generated: GeneratedValues,
-                 opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource]) -> None:
+                 opts: pulumi.ResourceOptions, depends_on: list[pulumi.Resource], stack_dir: Path | None = None) -> None:
         super().__init__(f"{TYPE_PREFIX}:{_title(concern.name)}", concern.name, None, opts)
         self._protect_chart_data = config.lifecycle.protect_data
+        self._stack_dir = stack_dir
         self.declared = _declare(config, list(concern.objects), self, depends_on, declared, generated)
         self.resources: list[pulumi.Resource] = [resource for _, resource in self.declared]
         self.charts: list[pulumi.Resource] = []
@@ -252,7 +264,9 @@ class ConcernGroup(pulumi.ComponentResource):
             chart=release.chart,
             version=release.version,
             namespace=release.namespace,
-            repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=release.repo) if release.repo else None,
+            repository_opts=chart_repository_opts(release, self._stack_dir),
+            # A chart from a loopback OCI mirror (charts.plain_http): helm's --plain-http, the Chart's own input.
+            plain_http=True if release.plain_http else None,
             values=release.values,
             skip_crds=True,
             post_renderer=k8s.helm.v4.PostRendererArgs(command=command, args=args),
@@ -307,7 +321,8 @@ class Platform(pulumi.ComponentResource):
                 continue
             after = [self.groups[c] for c in AFTER.get(concern.name, ()) if c in self.groups]
             concern = multikueue.with_kubeconfigs(config, concern, root)  # noqa: PLW2901 - deploy-time secrets put in
-            self.groups[concern.name] = ConcernGroup(config, concern, declared, self.generated, child, list(after))
+            self.groups[concern.name] = ConcernGroup(config, concern, declared, self.generated, child, list(after),
+                                                     stack_dir)
 
         guards = [self.groups[c] for c in TENANTS_AFTER if c in self.groups]
         self.tenants = [Tenant(t.name, config, list(rendered.tenant_objects(t.name)), declared, self.generated, child,

@@ -8,6 +8,7 @@ with those rules applied. Each section validates only itself.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Literal
 
@@ -97,7 +98,8 @@ class CrdSource(Model):
 
     source: Literal["release", "mirror"] = Field(
         default="release", description="'release': the pinned upstream files (a mirror or the cache is used first if present); "
-        "'mirror': only the mirror directory, never the network.")
+        "'mirror': only mirror_dir (the bundle `trainyard bom STACK --import` writes), never TRAINYARD_CRDS_DIR, the "
+        "cache or the network.")
     mirror_dir: str | None = Field(
         default=None,
         description="Directory laid out as <component>/v<version>/<file>.yaml; relative to the stack file. "
@@ -110,6 +112,66 @@ class CrdSource(Model):
             raise ValueError("source 'mirror' needs mirror_dir")
         return self
 
+
+
+# Hosts a registry may be reached on without TLS: the machine running `pulumi up` itself.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+_OCI_CHART_MIRROR = re.compile(
+    r"^oci://(?P<host>[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?|\[::1\](:[0-9]{1,5})?)"
+    r"(?P<path>(/[a-z0-9]+([._-][a-z0-9]+)*)*)$")
+
+
+class ChartSource(Model):
+    """Where Helm charts come from: their upstream repositories, or the site's OCI chart mirror (air gap).
+
+    With ``mirror`` set, every chart release is pulled as ``<mirror>/<chart name>`` at its pinned version
+    (the layout ``helm push CHART.tgz <mirror>`` and ``trainyard bom STACK --import`` write), and no upstream
+    repository is ever asked. Registry credentials are never in the stack: ``helm registry login`` on the
+    machine that runs ``pulumi up`` (helm's registry config file) provides them.
+    Ref: pulumi-kubernetes provider/pkg/provider/helm/v4/chart.go (``plainHttp``; ``repositoryOpts.caFile``
+    reaches helm's registry client, pkg/helm/tool.go ``newRegistryClient``).
+    """
+
+    mirror: str | None = Field(
+        default=None,
+        description="OCI chart mirror, e.g. 'oci://registry.example.com/charts': every chart is pulled as "
+        "<mirror>/<chart name>:<version>. Unset: each chart's upstream repository (needs internet).")
+    plain_http: bool = Field(
+        default=False,
+        description="Reach the chart mirror over plain HTTP (helm --plain-http). Only for a loopback mirror "
+        "(127.0.0.1, localhost, [::1]): anywhere else chart bytes would cross the network unauthenticated.")
+    ca_file: str | None = Field(
+        default=None,
+        description="PEM file of the CA that signed the chart mirror's TLS certificate (a private CA); relative to "
+        "the stack file. Unset: the system's trust store.")
+
+    @model_validator(mode="after")
+    def _mirror(self) -> ChartSource:
+        if self.mirror is not None:
+            match = _OCI_CHART_MIRROR.match(self.mirror)
+            if not match:
+                raise ValueError(f"mirror {self.mirror!r} is not an OCI chart mirror: oci://HOST[:PORT][/PATH], "
+                                 "lowercase path segments, no trailing '/', no tag")
+            host = match["host"]
+            name = host[:host.index("]") + 1] if host.startswith("[") else host.split(":", 1)[0]
+            if self.plain_http and name not in LOOPBACK_HOSTS:
+                raise ValueError(f"plain_http is allowed only for a loopback mirror ({', '.join(LOOPBACK_HOSTS)}), "
+                                 f"not {match['host']!r}: give the mirror TLS (ca_file for a private CA)")
+        elif self.plain_http or self.ca_file:
+            raise ValueError("plain_http and ca_file need mirror")
+        if self.plain_http and self.ca_file:
+            raise ValueError("plain_http and ca_file exclude each other (plain HTTP has no TLS to verify)")
+        return self
+
+    @property
+    def mirror_host(self) -> str | None:
+        """``HOST[:PORT]`` of the mirror (the registry its charts are pushed to)."""
+        return self.mirror.removeprefix("oci://").split("/", 1)[0] if self.mirror else None
+
+    @property
+    def mirror_path(self) -> str:
+        """The repository path under the host that every chart's repository starts with ('' for none)."""
+        return self.mirror.removeprefix("oci://").partition("/")[2] if self.mirror else ""
 
 
 class TopologyLevel(Model):
@@ -359,6 +421,7 @@ class PlatformFields(Model):
     cluster: ClusterAccess = Field(description="How Pulumi reaches the cluster.")
     versions: Versions = Field(default=Versions(), description="Upstream component versions.")
     crds: CrdSource = Field(default=CrdSource(), description="Where the upstream CRDs come from.")
+    charts: ChartSource = Field(default=ChartSource(), description="Where the Helm charts come from.")
     gpu_pools: tuple[GpuPool, ...] = Field(min_length=1, description="GPU node pools; one ResourceFlavor each.")
     gpu_operator: GpuOperator | None = Field(
         default=None, description="The NVIDIA GPU operator; unset = not installed (fake GPUs, or a site-managed stack).")

@@ -34,7 +34,7 @@ from trainyard.manifests import (
     tenants,
     trainjob_resources,
 )
-from trainyard.manifests.chart_release import ChartRelease
+from trainyard.manifests.chart_release import ChartRelease, from_chart_mirror
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import Manifest, object_id, object_key
 from trainyard.supply.lock import ImageLock, LockFileError, load_lock
@@ -169,7 +169,12 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
         )
     except (crds.CrdUnavailable, runtimes.RuntimeFileError, LockFileError) as exc:
         raise RenderError(str(exc)) from None
-    rendered = RenderedPlatform(crd_sources, concerns)
+    # One place for where every chart is pulled from: the stack's OCI chart mirror, where it names one.
+    charts = config.charts
+    pulled = tuple(dataclasses.replace(concern, releases=tuple(
+        from_chart_mirror(release, charts.mirror, charts.plain_http, charts.ca_file) for release in concern.releases))
+        for concern in concerns)
+    rendered = RenderedPlatform(crd_sources, pulled)
     _check_unique([*(source.identity for source in crd_sources), *rendered.objects])
     return rendered
 

@@ -6,9 +6,9 @@ on the cluster.
 
 Lookup order: the stack's ``crds.mirror_dir``; ``$TRAINYARD_CRDS_DIR``; the download cache
 (``$XDG_CACHE_HOME/trainyard/crds``); for a CRD upstream ships only in a chart's ``crds/``
-directory (LeaderWorkerSet), the chart mirror (``catalog.CHART_CRD_DIRS``); the upstream release
-(only when ``crds.source`` is ``release``), saved into the cache. The first three share the layout
-``<component>/v<version>/<file>``.
+directory (LeaderWorkerSet), the chart mirror (``catalog.CHART_CRD_DIRS``); the upstream release,
+saved into the cache. With ``crds.source: mirror`` only the first: the stack's bundle, nothing else.
+The first three share the layout ``<component>/v<version>/<file>``.
 """
 
 from __future__ import annotations
@@ -47,10 +47,14 @@ def cache_dir() -> Path:
 
 
 def mirror_dirs(config: PlatformConfig, stack_dir: Path | None) -> list[Path]:
+    """Where CRD files are looked for, in order. ``crds.source: mirror`` means the stack's bundle alone (an
+    air-gapped site's, written by ``trainyard bom STACK --import``): never the environment's mirror or the cache."""
     dirs: list[Path] = []
     if config.crds.mirror_dir:
         mirror = Path(config.crds.mirror_dir)
         dirs.append(mirror if mirror.is_absolute() or stack_dir is None else stack_dir / mirror)
+    if config.crds.source == "mirror":
+        return dirs
     env = os.environ.get("TRAINYARD_CRDS_DIR")
     if env:
         dirs.append(Path(env))
@@ -184,7 +188,8 @@ def _read_verified(config: PlatformConfig, release: catalog.Release, crd: catalo
                    stack_dir: Path | None) -> bytes:
     relative = Path(catalog.MIRROR_DIRS[release.component]) / f"v{release.version}" / crd.name
     candidates = [directory / relative for directory in mirror_dirs(config, stack_dir)]
-    for path in [*candidates, *chart_crd_paths(release, crd)]:
+    chart_paths = chart_crd_paths(release, crd) if config.crds.source == "release" else []
+    for path in [*candidates, *chart_paths]:
         if path.is_file():
             content = path.read_bytes()
             if git_blob_sha(content) != crd.blob_sha:

@@ -98,4 +98,22 @@ def chart_images_unknown(objects: Sequence[Manifest], ctx: Context) -> Iterator[
                 yield None, f"chart {release.name}: {found.note}"
 
 
-RULES = (images_in_bom, chart_images_unknown)
+@stack_rule("charts-from-mirror", "A stack that protects data and pulls images from a mirror pulls its charts from one too.",
+            "Set charts.mirror (oci://HOST/PATH) and fill it with `trainyard bom STACK --export` on the connected side, "
+            "then `trainyard bom STACK --import` (docs/supply-chain.md, \"Air gap\").",
+            severity="advisory")
+def charts_from_mirror(objects: Sequence[Manifest], ctx: Context) -> Iterator[tuple[Manifest | None, str]]:
+    """Advisory, not mandatory: an image mirror does not by itself mean an air gap (sites mirror for digests and
+    pull limits), and where there is one, the missing chart mirror fails `pulumi up` loudly at the first chart
+    fetch rather than deploying anything wrong. A site that is air-gapped raises it to mandatory in
+    ``security.policy.severity``."""
+    config = ctx.config
+    if not config.lifecycle.protect_data or config.images.registry_mirror is None or config.charts.mirror is not None:
+        return
+    upstream = sorted({r.name for r in ctx.releases if not r.external})
+    if upstream:
+        yield None, (f"images come from the mirror {config.images.registry_mirror!r} but charts.mirror is unset: "
+                     f"{len(upstream)} charts are fetched from upstream at `pulumi up` ({', '.join(upstream)})")
+
+
+RULES = (images_in_bom, chart_images_unknown, charts_from_mirror)

@@ -56,6 +56,8 @@ def _chart_renderer(stack: Stack, rendered: RenderedPlatform, wanted: bool) -> I
 
 
 def _cmd_bom(args: argparse.Namespace) -> int:
+    if args.export or args.import_file:
+        return _cmd_bom_airgap(args)
     stack = open_stack(args.stack)
     rendered = stack.render()
     with _chart_renderer(stack, rendered, args.render_charts) as renderer:
@@ -76,6 +78,79 @@ def _cmd_bom(args: argparse.Namespace) -> int:
     else:
         print(text, end="")
     return EXIT_OK
+
+
+def _progress(line: str) -> None:
+    print(f"  {line}", file=sys.stderr, flush=True)
+
+
+def _cmd_bom_airgap(args: argparse.Namespace) -> int:
+    """``bom STACK --export FILE`` (connected side) or ``bom STACK --import FILE`` (air-gapped side)."""
+    from trainyard import charts
+    from trainyard.supply import airgap
+    from trainyard.supply import archive as fmt
+
+    if args.export and args.import_file:
+        raise UsageError("--export and --import exclude each other (one side of the gap each)")
+    host = (args.source_prefix or "").split("/", 1)[0]
+    if args.source_prefix and not (args.source_prefix.endswith("/") and ("." in host or ":" in host or host == "localhost")):
+        raise UsageError(f"--from {args.source_prefix!r}: expected a registry prefix ending in '/' "
+                         "(e.g. mirror.example.com/upstream/)")
+    stack = open_stack(args.stack)
+    endpoints = _endpoints(args.endpoint)
+    client = RegistryClient(endpoints, Credentials.from_environment(), insecure=args.insecure)
+    try:
+        if args.export:
+            if args.crds_dir or args.expect_manifest:
+                raise UsageError("--crds-dir and --expect-manifest belong to --import")
+            rendered = stack.render()
+            bom = build_bom(stack, rendered)
+            print(f"exporting {stack.name}: {len(bom.images)} images from "
+                  f"{args.source_prefix or 'their upstream registries'}, the charts, {len(bom.crds)} CRD files",
+                  file=sys.stderr)
+            written = airgap.export(stack, rendered, bom, Path(args.export), client, args.source_prefix,
+                                    charts.charts_dir(stack.root), _progress)
+            print(f"wrote {written.path}: {written.images} images ({written.blobs} blobs), {written.charts} charts, "
+                  f"{written.crds} CRD files; {written.size} bytes\n"
+                  f"archive sha256 {written.sha256}\nmanifest sha256 {written.manifest_sha256} "
+                  f"(carry it apart from the archive: `--import FILE --expect-manifest {written.manifest_sha256}`)")
+            return EXIT_OK
+        if args.source_prefix:
+            raise UsageError("--from belongs to --export")
+        archive = fmt.open_archive(Path(args.import_file))
+        try:
+            charts_client = client
+            mirror_host = stack.config.charts.mirror_host
+            if stack.config.charts.plain_http and mirror_host and mirror_host not in endpoints:
+                # The stack itself says its (loopback) chart mirror speaks plain HTTP.
+                charts_client = RegistryClient({**endpoints, mirror_host: f"http://{mirror_host}"},
+                                               client.credentials, insecure=True)
+            print(f"importing {archive.path} ({archive.manifest.get('stack')}, exported "
+                  f"{archive.manifest.get('created')}; manifest sha256 {fmt.manifest_sha256(archive)})", file=sys.stderr)
+            result = airgap.import_archive(archive, stack, client, charts_client,
+                                           airgap.crd_bundle_dir(stack, args.crds_dir), _progress, args.expect_manifest)
+        finally:
+            archive.close()
+        print(f"imported into {stack.name}'s mirrors: {result.images} images ({result.blobs_pushed} blobs pushed, "
+              f"{result.blobs_present} already there), {len(result.charts)} charts, {result.crds} CRD files"
+              + (f" in {result.crds_dir}" if result.crds_dir else ""))
+        for chart in result.charts:
+            print(f"  chart {chart}")
+        print(f"next: trainyard images lock {args.stack} (then images verify, pulumi up)")
+        return EXIT_OK
+    except fmt.ArchiveError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_VIOLATIONS
+    except airgap.AirgapError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_VIOLATIONS
+    except RegistryUnreachable as exc:
+        print(f"error: registry {exc.host} cannot be reached ({exc.reason}); nothing more was pushed\n"
+              f"hint: --endpoint {exc.host}=https://HOST:PORT to reach it at another address", file=sys.stderr)
+        return EXIT_VIOLATIONS
+    except RegistryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_VIOLATIONS
 
 
 def seeded_lock(stack: Stack, lock: ImageLock) -> ImageLock:
@@ -196,6 +271,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     bom.add_argument("--render-charts", action="store_true",
                      help="take each chart's images from `helm template` with the stack's values (needs helm)")
     bom.add_argument("--out", metavar="PATH", help="write to PATH (for --format sync: a directory of YAML files + sync.sh)")
+    gap = bom.add_argument_group("air gap (docs/supply-chain.md, \"Air gap\")")
+    gap.add_argument("--export", metavar="FILE", help="write every image, chart and CRD file of STACK to one archive")
+    gap.add_argument("--from", dest="source_prefix", metavar="REGISTRY/PREFIX/",
+                     help="with --export: pull images from this connected-side mirror (<prefix><upstream repository>) "
+                          "instead of the upstream registries")
+    gap.add_argument("--import", dest="import_file", metavar="FILE",
+                     help="verify an archive, then push its images under STACK's mirror names, its charts to "
+                          "charts.mirror, and write its CRDs to crds.mirror_dir")
+    gap.add_argument("--crds-dir", metavar="DIR", help="with --import: write the CRD bundle here instead of crds.mirror_dir")
+    gap.add_argument("--expect-manifest", metavar="SHA256",
+                     help="with --import: refuse unless the archive's manifest has this sha256 (printed by --export)")
+    gap.add_argument("--endpoint", action="append", default=[], metavar="HOST=URL",
+                     help="reach registry HOST at URL (e.g. registry.example.com=http://127.0.0.1:5000); repeatable")
+    gap.add_argument("--insecure", action="store_true", help="allow plain http endpoints and unverified TLS")
     bom.set_defaults(func=_cmd_bom)
 
     images = subparsers.add_parser("images", help="the image lock: fill it from the mirror, or verify it",
