@@ -132,7 +132,7 @@ rehearse: cluster-up ## Run scenarios (SCENARIOS=..., default all) on the rehear
 	$(BIN)/trainyard rehearse $(STACK) $(SCENARIOS)
 
 .PHONY: test-registry
-test-registry: setup ## The registry tier: `trainyard images lock` against a real OCI registry on loopback (crane)
+test-registry: setup ## The registry tier: `trainyard images lock` and the air-gap export/import against real OCI registries on loopback (crane)
 	$(BIN)/pytest -q -m registry tests/registry $(PYTEST_ARGS)
 
 .PHONY: node-tools

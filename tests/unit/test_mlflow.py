@@ -41,7 +41,7 @@ def test_the_reconciler_and_the_tenant_share_one_generated_password_per_tenant()
 def test_chart_values_turn_on_basic_auth_proxied_artifacts_and_postgres() -> None:
     release = next(r for r in rendered("staging").releases if r.component == "mlflow")
     values = release.values
-    assert (release.chart, release.version) == ("mlflow", "1.11.5")
+    assert (release.chart_name, release.version) == ("mlflow", "1.11.5")
     assert values["auth"]["enabled"] is True and values["auth"]["defaultPermission"] == "NO_PERMISSIONS"
     assert values["auth"]["existingAdminSecret"]["name"] == "mlflow-admin"
     assert values["artifactRoot"]["proxiedArtifactStorage"] is True

@@ -72,6 +72,8 @@ class BomChart:
     images: tuple[str, ...]
     images_from: str
     note: str
+    # The upstream chart a chart from the stack's OCI chart mirror is a copy of (``charts.mirror``).
+    upstream: str | None = None
 
 
 @dataclass(frozen=True)
@@ -170,7 +172,7 @@ def _charts(platform: RenderedPlatform, renderer: charts_module.ChartRenderer | 
             if found_images.method == "unknown":
                 unknown.append(release.name)
         bom_charts.append(BomChart(release.name, release.chart, release.version, release.repo, None, release.external,
-                                   found_images.images, found_images.method, found_images.note))
+                                   found_images.images, found_images.method, found_images.note, release.upstream))
     return bom_charts, unknown
 
 
@@ -257,7 +259,8 @@ def to_markdown(bom: Bom) -> str:
     for chart in bom.charts:
         images = "<br>".join(f"`{i}`" for i in chart.images) or "—"
         installed = " (external)" if chart.external else ""
-        lines.append(f"| {chart.release}{installed} | `{chart.chart}` | {chart.version} | {chart.digest or 'unknown'} | "
+        copy = f" (mirror of `{chart.upstream}`)" if chart.upstream else ""
+        lines.append(f"| {chart.release}{installed} | `{chart.chart}`{copy} | {chart.version} | {chart.digest or 'unknown'} | "
                      f"{images} | {chart.images_from}: {chart.note} |")
     lines += ["", f"## CRD files ({len(bom.crds)})", "", "| component | version | file | git blob SHA |", "|---|---|---|---|"]
     lines += [f"| {c.component} | {c.version} | [{c.file}]({c.url}) | `{c.blob_sha}` |" for c in bom.crds]
