@@ -16,6 +16,7 @@ recorded response shape in tests/review/test_tenant_status.py.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -81,7 +82,10 @@ def test_a_tenant_sees_its_waiting_jobs_their_places_and_kueues_reasons_and_noth
             workloads = {name: workload_of(rehearsal, namespace, name) for name in (RUNS, *WAITING)}
             runs = quota_reserved(workloads[RUNS])
             waiting = [quota_reserved(workloads[name]) for name in WAITING]
-            if runs is None or runs["status"] != "True" or any(c is None or c["status"] != "False" for c in waiting):
+            # Kueue tries the head of the queue; the jobs behind it may carry no QuotaReserved condition yet
+            # (they wait for the head: seen on Kueue v0.19.2), so only the head's reason is waited for.
+            if (runs is None or runs["status"] != "True" or waiting[0] is None or waiting[0]["status"] != "False"
+                    or any(c is not None and c["status"] != "False" for c in waiting)):
                 return None
             # ... and Kueue has counted them in the LocalQueue's status (its own reconcile, a moment later).
             status = rehearsal.kube.get("localqueues.kueue.x-k8s.io", "default", namespace).get("status", {})
@@ -89,15 +93,24 @@ def test_a_tenant_sees_its_waiting_jobs_their_places_and_kueues_reasons_and_noth
                 return None
             return {name: w for name, w in workloads.items() if w is not None}
 
-        workloads = wait_until("one job admitted and three waiting with Kueue's reason", settled, 120, interval=2)
+        try:
+            workloads = wait_until("one job admitted and three waiting with Kueue's reason", settled, 120, interval=2)
+        except TimeoutError:
+            seen = {name: (workload_of(rehearsal, namespace, name) or {}).get("status") for name in (RUNS, *WAITING)}
+            queue = rehearsal.kube.get("localqueues.kueue.x-k8s.io", "default", namespace).get("status")
+            raise AssertionError(f"not settled: workloads {json.dumps(seen, indent=1)}\nLocalQueue {queue}") from None
         for name in workloads:
             trainjob = rehearsal.kube.get("trainjobs.trainer.kubeflow.org", name, namespace)
             assert trainjob["metadata"]["labels"][QUEUE_NAME_LABEL] == "default"  # Kueue's LocalQueue defaulting
             assert trainjob["metadata"]["labels"][PRIORITY_CLASS_LABEL] == "standard"  # trainyard-trainjob-default-priority
 
-        result = tenant_status(rehearsal, kubeconfig, "--tenant", TENANT, "--format", "json", "--save",
-                               str(rehearsal.settings.state_dir / "tenant-status-snapshot.json"))
+        saved = rehearsal.settings.state_dir / "tenant-status-snapshot.json"
+        result = tenant_status(rehearsal, kubeconfig, "--tenant", TENANT, "--format", "json", "--save", str(saved))
         assert result.returncode == 0, result.stderr
+        # TRAINYARD_RECORD_TENANT_SNAPSHOT=tests/fixtures/status/tenant-team-a-snapshot.json re-records the snapshot
+        # tests/review/test_tenant_status.py reads (its last test).
+        if os.environ.get("TRAINYARD_RECORD_TENANT_SNAPSHOT"):
+            Path(os.environ["TRAINYARD_RECORD_TENANT_SNAPSHOT"]).write_text(saved.read_text())
         report = json.loads(result.stdout)
         (queue,) = report["queues"]
         assert (queue["name"], queue["cluster_queue"]) == ("default", TENANT)
@@ -113,9 +126,10 @@ def test_a_tenant_sees_its_waiting_jobs_their_places_and_kueues_reasons_and_noth
         assert by_job[f"TrainJob/{RUNS}"]["position_in_local_queue"] is None
         for place, name in enumerate(WAITING):
             entry, kueue_says = by_job[f"TrainJob/{name}"], quota_reserved(workloads[name])
-            assert kueue_says is not None
             assert (entry["state"], entry["position_in_local_queue"], entry["position_in_cluster_queue"]) == (
                 "pending", place, place), entry
+            if kueue_says is None:  # behind the head, not tried yet: no reason of Kueue's to repeat
+                continue
             # Kueue's own words, as the Workload carries them (read as admin).
             current = quota_reserved(workload_of(rehearsal, namespace, name)) or kueue_says
             assert (entry["reason"], entry["message"]) in {(kueue_says["reason"], kueue_says["message"]),

@@ -57,7 +57,7 @@ def test_chart_values_turn_on_basic_auth_proxied_artifacts_and_postgres() -> Non
     assert values["initImages"]["mlflowDbMigration"]["tag"] == f"3.15.1@{LOCK.entries[server].digest}"
     assert values["extraContainers"][0]["image"] == f"{server}@{LOCK.entries[server].digest}"
     cnpg = rendered("staging").concern("postgres-operator").releases[0]
-    assert (cnpg.chart, cnpg.version, cnpg.values["crds"]) == ("cloudnative-pg", "0.29.0", {"create": False})
+    assert (cnpg.chart_name, cnpg.version, cnpg.values["crds"]) == ("cloudnative-pg", "0.29.0", {"create": False})
     operator = f"{MIRROR}cloudnative-pg/cloudnative-pg:1.30.0"
     assert cnpg.values["image"]["tag"] == f"1.30.0@{LOCK.entries[operator].digest}"
 
