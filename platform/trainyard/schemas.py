@@ -168,12 +168,16 @@ def object_meta_errors(obj: Manifest) -> list[tuple[tuple[str | int, ...], str]]
 
 
 class Validator:
-    """Validates manifests; CRDs come from a directory laid out like ../shared/crds."""
+    """Validates manifests; upstream CRDs come from a directory laid out like ../shared/crds, Trainyard's own
+    (the admission params' ``TenantPolicy``) from the code that defines them."""
 
     def __init__(self, crd_dir: Path, kubernetes_version: str = catalog.KUBERNETES_VERSION) -> None:
+        from trainyard.manifests import policy_params
+
         self.kubernetes_version = kubernetes_version
         self._crd_schemas: dict[tuple[str, str], dict[str, Any]] = {}
         self._validators: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
+        self.add_crd(policy_params.crd())
         for path in sorted(crd_dir.rglob("*.yaml")):
             crd = yamlio.safe_load(path.read_bytes())
             if isinstance(crd, dict) and crd.get("kind") == "CustomResourceDefinition":

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import CRDS_DIR, ROOT
+from trainyard.manifests import policy_params as policy_params_api
 from trainyard.manifests.meta import Manifest
 from trainyard.manifests.rehearsal import fake_nodes
 from trainyard.project import open_stack
@@ -166,10 +167,30 @@ def private_cluster(state_dir: Path, with_fake_nodes: bool = True) -> Iterator[C
 
 
 def policy_params(platform: Any) -> list[Manifest]:
-    """The admission policies' params, the ``trainyard-policy`` ConfigMap of every tenant namespace, as rendered
+    """The admission policies' params, the ``trainyard-policy`` TenantPolicy of every tenant namespace, as rendered
     (manifests/policy_params.py): a parameterised policy refuses in a namespace without them."""
     return [o for objects in platform.concern("admission").tenant_objects.values() for o in objects
-            if o["kind"] == "ConfigMap"]
+            if o["kind"] == policy_params_api.KIND]
+
+
+def install_policy_params(cluster: Cluster, platform: Any) -> None:
+    """The params' CRD (Trainyard's own), established and served, then every tenant namespace's params; the
+    tenant Namespaces must exist. Created where missing, like ``Cluster.create_missing``."""
+    crds = [c for c in platform.crds if c["spec"]["group"] == policy_params_api.GROUP]
+    assert [c["spec"]["names"]["kind"] for c in crds] == [policy_params_api.KIND]
+    cluster.create_missing(crds)
+    cluster.wait_established(*(c["metadata"]["name"] for c in crds))
+    params = policy_params(platform)
+
+    def created() -> bool:  # Established is not yet served: "the server could not find the requested resource"
+        try:
+            cluster.create_missing(params)
+        except AssertionError as exc:
+            if "the server could not find the requested resource" in str(exc) or "ensure CRDs are installed" in str(exc):
+                return False
+            raise
+        return True
+    wait_until("the params' kind to be served and every tenant's params created", created, 60, interval=1)
 
 
 @contextmanager

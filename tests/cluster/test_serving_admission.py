@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import Cluster, policy_params
+from tests.cluster.conftest import Cluster, install_policy_params
 from tests.conftest import rendered
 from trainyard.manifests.meta import TENANT_LABEL
 from trainyard.manifests.serving import CLUSTER_LOCAL, VISIBILITY_LABEL
@@ -96,8 +96,10 @@ def serving_admission(cluster: Cluster) -> Cluster:
     namespaces = [o for o in platform.objects if o["kind"] == "Namespace" and TENANT_LABEL in o["metadata"]["labels"]]
     policies = list(platform.concern("serving-admission").objects)
     assert len(policies) == 10
-    for batch in (crds, namespaces, policy_params(platform), policies):
+    for batch in (crds, namespaces):
         cluster.create_missing(batch)
+    install_policy_params(cluster, platform)
+    cluster.create_missing(policies)
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=120s",
                     *[f"crd/{c['metadata']['name']}" for c in crds])
     # A new policy takes effect once the API server's policy informer has seen it and its binding:

@@ -154,6 +154,7 @@ class Access:
 
 
 VISIBILITY_LOCAL_QUEUES = "localqueues.visibility.kueue.x-k8s.io"
+TENANT_POLICIES = "tenantpolicies.trainyard.dev"
 TARGET = "rbac-target"  # a TrainJob the test creates (as admin) in both tenants' namespaces
 WORKLOAD = "<its Workload>"  # resolved to the Workload Kueue made for it
 
@@ -171,12 +172,19 @@ def rbac_rows() -> list[Access]:
                  Access("list", "localqueues.kueue.x-k8s.io", namespace, allowed),
                  # Kueue's visibility API: its LocalQueue's pending Workloads and their positions (trainyard status
                  # --tenant). Authorized before routing: allowed is a 404 here (not served on the rehearsal), denied a 403.
-                 Access("get", VISIBILITY_LOCAL_QUEUES, namespace, allowed, "default", "pendingworkloads")]
+                 Access("get", VISIBILITY_LOCAL_QUEUES, namespace, allowed, "default", "pendingworkloads"),
+                 # What is approved for the namespace: readable by its tenant (only).
+                 Access("get", TENANT_POLICIES, namespace, allowed, "trainyard-policy")]
     rows += [
         # A submitted job and its Workload are changed by the controllers, not by hand.
         Access("update", trainjobs, own, False, TARGET),
         Access("update", workloads, own, False, WORKLOAD),
         Access("update", "localqueues.kueue.x-k8s.io", own, False, "default"),
+        # A tenant cannot approve its own inputs: its params are the stack's.
+        Access("update", TENANT_POLICIES, own, False, "trainyard-policy"),
+        Access("patch", TENANT_POLICIES, own, False, "trainyard-policy"),
+        Access("delete", TENANT_POLICIES, own, False, "trainyard-policy"),
+        Access("create", TENANT_POLICIES, own, False),
         Access("list", "pods", own, True),
         Access("create", "pods", own, False),
         # The tenant quota limits no PVCs (tenants.resource_quota_for says why): tenants cannot make them.
@@ -278,6 +286,9 @@ def samples(rehearsal: Rehearsal, namespace: str | None, resource: str) -> dict[
     if resource == "persistentvolumeclaims":
         return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "rbac-probe", "namespace": namespace},
                 "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}
+    if resource == TENANT_POLICIES:
+        return {"apiVersion": "trainyard.dev/v1alpha1", "kind": "TenantPolicy",
+                "metadata": {"name": "rbac-probe", "namespace": namespace}, "data": {"dataset.x.name": "x"}}
     group = resource.split(".", 1)[1]
     kind = {"clustertrainingruntimes": "ClusterTrainingRuntime", "trainingruntimes": "TrainingRuntime",
             "clusterqueues": "ClusterQueue"}[resource.split(".", maxsplit=1)[0]]

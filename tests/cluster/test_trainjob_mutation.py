@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.conftest import Cluster, bare_api_server, policy_params
+from tests.cluster.conftest import Cluster, bare_api_server, install_policy_params
 from tests.conftest import rendered, stack
 from trainyard import catalog
 from trainyard.manifests import admission
@@ -40,7 +40,8 @@ def mutation_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clust
     assert len(mutating) == 4, [o["metadata"]["name"] for o in mutating]
     with bare_api_server(tmp_path_factory, "trainjob-mutation") as cluster:
         cluster.kubectl("apply", "--server-side", "--field-manager=trainyard", "-f", "-",
-                        stdin=yaml.safe_dump_all([*crds, *namespaces, *policy_params(platform)]))
+                        stdin=yaml.safe_dump_all([*crds, *namespaces]))
+        install_policy_params(cluster, platform)
         cluster.wait_established(*(c["metadata"]["name"] for c in crds))
         cluster.kubectl("apply", "--server-side", "--field-manager=trainyard", "-f", "-", stdin=yaml.safe_dump_all(mutating))
         # Established is not yet served: the API server may still answer "Resource kind ... not found" for a while.

@@ -76,7 +76,7 @@ def test_every_cel_expression_parses() -> None:
 
 
 def tenant_params(config: PlatformConfig, namespace: str = TENANT_NS) -> dict[str, Any]:
-    """The ``trainyard-policy`` ConfigMap the stack renders in ``namespace``: what the binding's paramRef finds."""
+    """The ``trainyard-policy`` TenantPolicy the stack renders in ``namespace``: what the binding's paramRef finds."""
     by_namespace = {p["metadata"]["namespace"]: p for p in admission.tenant_params(config).values()}
     return by_namespace[namespace]
 
@@ -85,8 +85,8 @@ def admit(policy: dict[str, Any], obj: dict[str, Any], params: dict[str, Any] | 
           namespace_labels: dict[str, str] | None = None, config: PlatformConfig | None = None) -> bool:
     """Evaluate a policy's variables, then its validations, the way the API server orders them.
 
-    A policy whose paramKind is ConfigMap gets, unless ``params`` says otherwise, the ``trainyard-policy``
-    ConfigMap that ``config`` (default: the prod stack) renders in the tenant namespace."""
+    A policy whose paramKind is TenantPolicy gets, unless ``params`` says otherwise, the ``trainyard-policy``
+    TenantPolicy that ``config`` (default: the prod stack) renders in the tenant namespace."""
     celpy = pytest.importorskip("celpy", reason="cel-python is not installed (dev dependency for CEL checks)")
     env = celpy.Environment()
     if params is None and policy["spec"].get("paramKind") == policy_params.PARAM_KIND:
@@ -151,7 +151,7 @@ def test_cel_lets_an_allowed_tenant_define_and_use_its_own_runtimes() -> None:
 
 
 def test_the_tenant_policies_take_the_namespace_params_and_fail_closed() -> None:
-    """Every policy that reads tenant data reads it from the ``trainyard-policy`` ConfigMap of the request's
+    """Every policy that reads tenant data reads it from the ``trainyard-policy`` TenantPolicy of the request's
     namespace (no namespace in the paramRef) and refuses where there is none."""
     config = stack("staging").config  # serving on, tenants with a default priority class
     objects = [o for concern in ("admission", "serving-admission", "trainjob-resources")

@@ -196,16 +196,21 @@ CASES: dict[str, Case] = {
 
 def _params_tampered(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The tenant's params granting a dataset the stack does not approve."""
-    return _replace(objs, "ConfigMap", "trainyard-policy", lambda cm: cm["data"].update(
-        {"dataset.x.name": "x"}) if cm["metadata"]["namespace"] == TENANT_NS else None)
+    return _replace(objs, "TenantPolicy", "trainyard-policy", lambda params: params["data"].update(
+        {"dataset.x.name": "x"}) if params["metadata"]["namespace"] == TENANT_NS else None)
 
 
-def _config_map_writer(verbs: list[str], resource_names: list[str] | None = None) -> dict[str, Any]:
-    rule: dict[str, Any] = {"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs}
+def _role(rule: dict[str, Any], resource_names: list[str] | None = None) -> dict[str, Any]:
     if resource_names:
         rule["resourceNames"] = resource_names
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "cm", "namespace": TENANT_NS}, "rules": [rule]}
+            "metadata": {"name": "writer", "namespace": TENANT_NS}, "rules": [rule]}
+
+
+def _params_writer(verbs: list[str], resource_names: list[str] | None = None,
+                   groups: tuple[str, ...] = ("trainyard.dev",), resources: tuple[str, ...] = ("tenantpolicies",),
+                   ) -> dict[str, Any]:
+    return _role({"apiGroups": list(groups), "resources": list(resources), "verbs": verbs}, resource_names)
 
 
 def _findings(rule_id: str, objects: Objects) -> list[str]:
@@ -215,19 +220,26 @@ def _findings(rule_id: str, objects: Objects) -> list[str]:
 @needs_crds
 def test_tenant_policy_params_are_the_stacks_own_and_no_tenant_may_write_them() -> None:
     objs = list(rendered("prod").all_objects)
-    missing = [o for o in objs if not (o["kind"] == "ConfigMap" and o["metadata"]["name"] == "trainyard-policy"
+    missing = [o for o in objs if not (o["kind"] == "TenantPolicy" and o["metadata"]["name"] == "trainyard-policy"
                                        and o["metadata"]["namespace"] == TENANT_NS)]
     assert _findings("tenant-policy-params", missing) == [
-        f"tenant namespace {TENANT_NS} has no ConfigMap trainyard-policy: every parameterised admission policy "
+        f"tenant namespace {TENANT_NS} has no TenantPolicy trainyard-policy: every parameterised admission policy "
         "refuses requests there"]
     assert _findings("tenant-policy-params", _params_tampered(objs)) == [
         "data differs from what the stack's config renders, keys: dataset.x.name"]
-    assert _findings("tenant-policy-params", [*objs, _config_map_writer(["get", "patch"])]) == [
-        f"lets its subjects write ConfigMaps in tenant namespace {TENANT_NS}, among them the admission params "
+    # A ConfigMap of that name is no params: the policies read the TenantPolicy alone.
+    as_config_map = [{**o, "apiVersion": "v1", "kind": "ConfigMap"} if o["kind"] == "TenantPolicy"
+                     and o["metadata"]["namespace"] == TENANT_NS else o for o in objs]
+    assert len(_findings("tenant-policy-params", as_config_map)) == 1
+    assert _findings("tenant-policy-params", [*objs, _params_writer(["get", "patch"])]) == [
+        f"lets its subjects write tenantpolicies in tenant namespace {TENANT_NS}, among them the admission params "
         "trainyard-policy"]
-    assert len(_findings("tenant-policy-params", [*objs, _config_map_writer(["*"], ["trainyard-policy"])])) == 1
-    assert _findings("tenant-policy-params", [*objs, _config_map_writer(["get", "list", "watch"]),
-                                              _config_map_writer(["update"], ["pins"])]) == []
+    assert len(_findings("tenant-policy-params", [*objs, _params_writer(["*"], ["trainyard-policy"])])) == 1
+    assert len(_findings("tenant-policy-params", [*objs, _params_writer(["update"], groups=("*",),
+                                                                        resources=("*",))])) == 1
+    assert _findings("tenant-policy-params", [*objs, _params_writer(["get", "list", "watch"]),
+                                              _params_writer(["update"], ["other"]),
+                                              _params_writer(["update"], groups=("",), resources=("configmaps",))]) == []
 
 
 def _runtime_with_claims(policy: dict[str, Any]) -> dict[str, Any]:

@@ -165,7 +165,7 @@ def mutate(policy: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def denials(policy: dict[str, Any], obj: dict[str, Any], params: dict[str, Any]) -> list[str]:
-    """The messages of the validations that fail, with ``params`` the namespace's ``trainyard-policy`` ConfigMap."""
+    """The messages of the validations that fail, with ``params`` the namespace's ``trainyard-policy`` TenantPolicy."""
     evaluate, variables = _evaluator(obj, params)
     for variable in policy["spec"]["variables"]:
         variables[variable["name"]] = evaluate(variable["expression"])

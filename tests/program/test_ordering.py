@@ -96,16 +96,23 @@ def crd_keys(edges: Edges) -> set[str]:
 def test_a_custom_resource_waits_for_the_crd_of_its_kind_and_no_other(local_edges: Edges) -> None:
     platform = rendered("local")
     served = {(c["spec"]["group"], c["spec"]["names"]["kind"]): manifest_key(c) for c in platform.crds}
-    checked = 0
+    checked = parameterised = 0
     for obj in platform.objects:
         group = obj["apiVersion"].split("/")[0] if "/" in obj["apiVersion"] else ""
         waits_for = local_edges[manifest_key(obj)] & crd_keys(local_edges)
+        param_kind = (obj.get("spec") or {}).get("paramKind") if obj["kind"].endswith("AdmissionPolicy") else None
         if (group, obj["kind"]) in served:
             assert waits_for == {served[(group, obj["kind"])]}, manifest_key(obj)
             checked += 1
+        elif param_kind is not None:
+            # A parameterised policy is loaded against its paramKind: it waits for that CRD (TenantPolicy, LocalQueue).
+            param_group = param_kind["apiVersion"].split("/")[0]
+            assert waits_for == {served[(param_group, param_kind["kind"])]}, manifest_key(obj)
+            parameterised += 1
         else:
             assert waits_for == set(), f"{manifest_key(obj)} is a built-in object and waits for CRDs {waits_for}"
-    assert checked >= 10  # flavors, queues, cohorts, priority classes, runtimes, local queues
+    assert checked >= 10  # flavors, queues, cohorts, priority classes, runtimes, local queues, tenant policies
+    assert parameterised >= 6
 
 
 def test_a_namespaced_object_waits_for_its_namespace(local_edges: Edges) -> None:

@@ -1,6 +1,6 @@
 """Policy data in review: a change of what a tenant may read, run or serve reads as that tenant's params keys.
 
-The admission policies read every per-tenant fact from the ``trainyard-policy`` ConfigMap of the tenant's
+The admission policies read every per-tenant fact from the ``trainyard-policy`` TenantPolicy of the tenant's
 namespace (manifests/policy_params.py), so a stack change that approves a dataset for a tenant, moves an
 approved version, or lets a tenant expose models is a diff of named keys, ``data[key]: old -> new``, under
 the tenant; the policies themselves do not change. A long string that changes (a CEL literal of a rule every
@@ -42,7 +42,7 @@ def grant_eval_the_assistant_dataset(data: dict[str, Any]) -> None:
 
 
 def params_change(review: Review, tenant: str) -> Any:
-    (change,) = [c for c in review.changes if c.id == f"ConfigMap/{tenant}/trainyard-policy"]
+    (change,) = [c for c in review.changes if c.id == f"TenantPolicy/{tenant}/trainyard-policy"]
     return change
 
 
@@ -54,11 +54,11 @@ def test_granting_a_tenant_another_tenants_dataset_reads_as_that_tenants_params_
     assert {f.path for f in change.fields} == {f"data[dataset.support-chat-eval.{k}]" for k in (
         "name", "uri", "version", "digest", "licence", "classification")}
     # The policies are unchanged: the data moved out of their CEL.
-    assert [c.id for c in review.changes] == ["ConfigMap/eval/trainyard-policy"]
+    assert [c.id for c in review.changes] == ["TenantPolicy/eval/trainyard-policy"]
     assert (f"admission params of tenant `eval`: `[dataset.support-chat-eval.uri]` (absent) -> {ASSISTANT_DATASET}"
             in review.highlights[1])
     text = to_text(review)
-    assert "  changed ConfigMap/eval/trainyard-policy  [tenant eval]" in text
+    assert "  changed TenantPolicy/eval/trainyard-policy  [tenant eval]" in text
     assert f"      + data[dataset.support-chat-eval.uri]: {ASSISTANT_DATASET}" in text
     assert f"  + data[dataset.support-chat-eval.uri]: {ASSISTANT_DATASET}" in to_markdown(review)
 
@@ -79,7 +79,7 @@ def test_letting_a_tenant_expose_models_is_one_key_of_its_params() -> None:
 
     review = review_of(publish)
     assert params_change(review, "assistant").fields == (FieldChange("data[serving.public]", "false", "true"),)
-    # The values are strings (ConfigMap data): they read quoted, not as booleans.
+    # The values are strings (the params' data are strings): they read quoted, not as booleans.
     assert "admission params of tenant `assistant`: `[serving.public]` \"false\" -> \"true\"" in review.highlights
 
 

@@ -147,6 +147,7 @@ def test_crd_documents_are_fresh_copies_except_where_a_review_reads_them_only() 
     assert "labels" not in (two.crds[0]["metadata"] or {}) or two.crds[0]["metadata"]["labels"] != {"edited": "yes"}
     with read_only_documents():
         three, four = local.render(), local.render()
-        assert all(a is b for a, b in zip(three.crds, four.crds, strict=True))
+        files = slice(len(three.given_crds), None)  # Trainyard's own CRDs are built, not read from a file
+        assert all(a is b for a, b in zip(three.crds[files], four.crds[files], strict=True))
     five = local.render()
     assert five.crds[0] is not three.crds[0] and five.crds[0] == two.crds[0]

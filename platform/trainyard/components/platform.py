@@ -143,6 +143,11 @@ class Declared:
         elif "." in group and not group.endswith(".k8s.io"):
             # Not a built-in API group, and no CRD of ours serves it: wait for all of them, as a component would.
             needed += self._all_crds
+        # An admission policy resolves its paramKind when it is loaded: created before the CRD of that kind, it is
+        # a configuration error (every matched request refused under failurePolicy Fail) until the next refresh.
+        param_kind = (obj.get("spec") or {}).get("paramKind") if obj["kind"].endswith("AdmissionPolicy") else None
+        if isinstance(param_kind, dict) and group_kind(param_kind) in self._crds:
+            needed.append(self._crds[group_kind(param_kind)])
         # A MultiKueueCluster reads its kubeconfig Secret (in Kueue's namespace) as soon as it exists: created
         # first, Kueue logs "Secret not found" and marks the cluster inactive until its next retry.
         source = ((obj.get("spec") or {}).get("clusterSource") or {}).get("kubeConfig") or {}

@@ -174,8 +174,9 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
     pulled = tuple(dataclasses.replace(concern, releases=tuple(
         from_chart_mirror(release, charts.mirror, charts.plain_http, charts.ca_file) for release in concern.releases))
         for concern in concerns)
-    rendered = RenderedPlatform(crd_sources, pulled)
-    _check_unique([*(source.identity for source in crd_sources), *rendered.objects])
+    # Trainyard's own CRDs (the admission params' kind) come with the concern that defines them, before the upstream ones.
+    rendered = RenderedPlatform(crd_sources, pulled, given_crds=admission.crds(config))
+    _check_unique([*rendered.given_crds, *(source.identity for source in crd_sources), *rendered.objects])
     return rendered
 
 

@@ -36,7 +36,7 @@ Policies (each bound to every namespace labelled ``trainyard.dev/tenant``):
   ``kueue_flavor_policy``).
 
 CEL is kept to plain comparisons, ``in``, ``exists``/``all`` and ``startsWith`` so that it reads
-like the rule it states. What differs per tenant is the policy's *param*: the ConfigMap
+like the rule it states. What differs per tenant is the policy's *param*: the TenantPolicy
 ``trainyard-policy`` of the request's namespace (manifests/policy_params.py; paramRef without a namespace,
 ``parameterNotFoundAction: Deny``), one key per fact, which this concern declares in every tenant
 namespace. What is the same for every tenant (approved registries and runtimes, the flavors' node labels)
@@ -102,7 +102,7 @@ def _policy(name: str, rules: list[dict[str, Any]], validations: list[dict[str, 
 
 def param_ref_for(policy: Manifest) -> dict[str, str]:
     """The binding's paramRef for a policy's paramKind: the namespace's LocalQueue ``default``, or its
-    ``trainyard-policy`` ConfigMap. No namespace: params are looked up in the namespace of the object
+    ``trainyard-policy`` TenantPolicy. No namespace: params are looked up in the namespace of the object
     under admission; none there is a refusal (``Deny``, under the policy's failurePolicy Fail)."""
     if policy["spec"]["paramKind"] == policy_params.PARAM_KIND:
         return dict(policy_params.PARAM_REF)
@@ -426,11 +426,16 @@ def kueue_flavor_policy(config: PlatformConfig) -> list[Manifest]:
 
 
 def tenant_params(config: PlatformConfig) -> dict[str, Manifest]:
-    """By tenant name, the ``trainyard-policy`` ConfigMap every parameterised policy reads in its namespace
+    """By tenant name, the ``trainyard-policy`` TenantPolicy every parameterised policy reads in its namespace
     (this concern's, serving admission's and the TrainJob resources policy's)."""
     flavors = trainjob_resources.tenant_flavors(config)
     return {t.name: policy_params.params_for(config, t, {f.name: f.describe() for f in flavors[t.namespace_name]})
             for t in config.tenants}
+
+
+def crds(config: PlatformConfig) -> tuple[Manifest, ...]:
+    """The CRD of the policies' params (``TenantPolicy``, manifests/policy_params.py), where admission is on."""
+    return (policy_params.crd(),) if config.security.admission.enabled else ()
 
 
 def build(config: PlatformConfig) -> Concern:

@@ -24,6 +24,11 @@ INFERENCE_SERVICE_POD_LABEL = "serving.kserve.io/inferenceservice"
 # Ref: https://kueue.sigs.k8s.io/docs/concepts/local_queue/#default-localqueue
 DEFAULT_LOCAL_QUEUE = "default"
 
+# The admission policies' params: Trainyard's own kind, one object per tenant namespace (manifests/policy_params.py
+# defines its CRD and fills it; the tenant Role, manifests/tenants.py, lets the tenant read it).
+POLICY_PARAMS_GROUP = "trainyard.dev"
+POLICY_PARAMS_PLURAL = "tenantpolicies"
+
 
 def metadata(name: str, *, namespace: str | None = None, labels: dict[str, str] | None = None,
              annotations: dict[str, str] | None = None) -> dict[str, Any]:

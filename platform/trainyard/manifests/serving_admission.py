@@ -10,12 +10,12 @@ tenant applies later. Each policy is bound to every namespace labelled ``trainya
   approved registry and is pinned by digest.
 - ``trainyard-isvc-storage``: every storage URI (``model.storageUri``, ``storageUris[].uri`` of each
   component) lies in the namespace's own model bucket, ``s3://<bucket>/...``; at least one is given.
-  The bucket is the namespace's params (``serving.model-bucket`` of its ``trainyard-policy`` ConfigMap,
+  The bucket is the namespace's params (``serving.model-bucket`` of its ``trainyard-policy`` TenantPolicy,
   manifests/policy_params.py), so the check is a reviewed value per tenant, not a naming convention.
 - ``trainyard-isvc-exposure``: an InferenceService carries ``networking.kserve.io/visibility:
   cluster-local`` unless its tenant is in ``serving.exposure.public_tenants`` (params ``serving.public``).
 
-The params ConfigMaps are declared by the admission concern (``admission.tenant_params``); the bindings of
+The params (TenantPolicies) are declared by the admission concern (``admission.tenant_params``); the bindings of
 the two parameterised policies name them with ``parameterNotFoundAction: Deny``.
 - ``trainyard-serving-runtimes``: no ServingRuntime, LLMInferenceService or LLMInferenceServiceConfig in
   tenant namespaces. KServe resolves a runtime name in the namespace first, so a tenant runtime named

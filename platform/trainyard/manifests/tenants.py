@@ -15,7 +15,7 @@ from trainyard import catalog
 from trainyard.config.model import PlatformConfig, Tenant
 from trainyard.manifests import kueue
 from trainyard.manifests.concern import Concern
-from trainyard.manifests.meta import TENANT_LABEL, Manifest, metadata
+from trainyard.manifests.meta import POLICY_PARAMS_GROUP, POLICY_PARAMS_PLURAL, TENANT_LABEL, Manifest, metadata
 from trainyard.quantity import format_quantity, parse_quantity
 
 # Kueue's aggregated visibility API (served by the Kueue manager behind the APIService the chart installs).
@@ -62,6 +62,8 @@ def role_for(tenant: Tenant) -> Manifest:
             # Ref: kueue v0.19.2 pkg/visibility/storage/storage.go, pending_workloads_lq.go (rest.GetterWithOptions).
             {"apiGroups": [VISIBILITY_GROUP], "resources": ["localqueues/pendingworkloads"], "verbs": ["get"]},
             {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": read},
+            # What is approved for this namespace (datasets, base models, bucket, flavors): read, never written.
+            {"apiGroups": [POLICY_PARAMS_GROUP], "resources": [POLICY_PARAMS_PLURAL], "verbs": read},
             {"apiGroups": [""], "resources": ["pods", "events"], "verbs": read},
             {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
         ],

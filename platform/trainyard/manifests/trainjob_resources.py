@@ -42,7 +42,7 @@ The fix has three parts, one rule each:
 literals rendered from the same runtime objects and pools, so they cannot drift from what is installed
 (the same for every tenant: the rule). Which flavors a namespace's queue offers is per tenant: the
 validating policy reads it from the namespace's params (``queue-flavor.<flavor>`` keys of the
-``trainyard-policy`` ConfigMap, manifests/policy_params.py), so a quota on a new flavor reads in review
+``trainyard-policy`` TenantPolicy, manifests/policy_params.py), so a quota on a new flavor reads in review
 as one key added for that tenant.
 TrainJobs on a tenant's own TrainingRuntime (where a stack allows them) are completed against no
 runtime figures (the policy cannot read that runtime), so a default the tenant's runtime sets and the

@@ -4,8 +4,8 @@ A tenant namespace is one the stack declares for a tenant, or any Namespace labe
 ``trainyard.dev/tenant`` (a pull request may add one). Each must come with a default-deny
 NetworkPolicy, a LocalQueue, a ResourceQuota, and Pod Security "restricted" enforced; and no
 namespace anywhere may enforce a weaker Pod Security level. Where admission is on, each holds the
-admission policies' params (the ``trainyard-policy`` ConfigMap) exactly as the stack's config renders
-them, and no Role there lets anyone write ConfigMaps (a tenant would edit its own policy).
+admission policies' params (the ``trainyard-policy`` TenantPolicy) exactly as the stack's config renders
+them, and no Role there lets anyone write them (a tenant would edit its own policy).
 
 Ref: https://kubernetes.io/docs/concepts/security/pod-security-admission/
 """
@@ -142,32 +142,33 @@ def psa_exception_exclusive(objects: Sequence[Manifest], ctx: Context) -> Iterat
 _WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection", "*"})
 
 
-def _writes_config_maps(rule: object) -> bool:
+def _writes_params(rule: object) -> bool:
     rule = as_dict(rule)
     groups, resources = set(as_list(rule.get("apiGroups"))), set(as_list(rule.get("resources")))
-    return bool(groups & {"", "*"}) and bool(resources & {"configmaps", "*"}) \
+    return bool(groups & {policy_params.GROUP, "*"}) and bool(resources & {policy_params.PLURAL, "*"}) \
         and bool(set(as_list(rule.get("verbs"))) & _WRITE_VERBS) \
         and (not rule.get("resourceNames") or policy_params.NAME in as_list(rule.get("resourceNames")))
 
 
 @stack_rule("tenant-policy-params",
             "Every tenant namespace holds the admission policies' params as the stack's config renders them, "
-            "and no Role there may write ConfigMaps.",
-            "The params (ConfigMap trainyard-policy) come from the stack (lineage, serving, tenants, quotas): change "
-            "the stack, not the ConfigMap; grant no ConfigMap writes in tenant namespaces.")
+            "and no Role there may write them.",
+            f"The params ({policy_params.KIND} {policy_params.NAME}) come from the stack (lineage, serving, tenants, "
+            f"quotas): change the stack, not the object; grant no writes on {policy_params.PLURAL} in tenant "
+            "namespaces.")
 def tenant_policy_params(objects: Sequence[Manifest], ctx: Context) -> Iterator[tuple[Manifest | None, str]]:
     if not ctx.config.security.admission.enabled:
         return
     wanted = {p["metadata"]["namespace"]: p for p in admission.tenant_params(ctx.config).values()}
     present: dict[str, list[Manifest]] = {}
     for obj in objects:
-        if obj.get("kind") == "ConfigMap" and _meta(obj).get("name") == policy_params.NAME:
+        if policy_params.is_params(obj):
             present.setdefault(str(_meta(obj).get("namespace")), []).append(obj)
     for name, namespace in tenant_namespaces(objects, ctx).items():
         want = wanted.get(name)
         if not present.get(name):
-            yield namespace, (f"tenant namespace {name} has no ConfigMap {policy_params.NAME}: every parameterised "
-                              "admission policy refuses requests there")
+            yield namespace, (f"tenant namespace {name} has no {policy_params.KIND} {policy_params.NAME}: every "
+                              "parameterised admission policy refuses requests there")
         for found in present.get(name, []):
             have = as_dict(found.get("data"))
             if want is None:
@@ -178,9 +179,9 @@ def tenant_policy_params(objects: Sequence[Manifest], ctx: Context) -> Iterator[
     roles = _in_namespace(objects, "Role")
     for name in tenant_namespaces(objects, ctx):
         for role in roles.get(name, []):
-            if any(_writes_config_maps(r) for r in as_list(role.get("rules"))):
-                yield role, (f"lets its subjects write ConfigMaps in tenant namespace {name}, among them the "
-                             f"admission params {policy_params.NAME}")
+            if any(_writes_params(r) for r in as_list(role.get("rules"))):
+                yield role, (f"lets its subjects write {policy_params.PLURAL} in tenant namespace {name}, among "
+                             f"them the admission params {policy_params.NAME}")
 
 
 RULES = (tenant_default_deny, tenant_local_queue, tenant_resource_quota, tenant_psa_restricted, psa_no_weaker_level,

@@ -104,7 +104,7 @@ class ObjectChange:
 
 def concern_of(group: str, kind: str, labels: Mapping[str, Any] | None = None, name: str = "") -> str:
     """Which part of the review an object belongs to, as an admin reads it. A tenant's admission params
-    (the ``trainyard-policy`` ConfigMap) are security: they say what the tenant may read and run."""
+    (the ``trainyard-policy`` TenantPolicy) are security: they say what the tenant may read and run."""
     labels = labels or {}
     if group == "kueue.x-k8s.io" or kind in _QUOTA_KINDS:
         return QUEUES
@@ -120,7 +120,7 @@ def concern_of(group: str, kind: str, labels: Mapping[str, Any] | None = None, n
 
 
 def is_policy_params(kind: str, name: str) -> bool:
-    return kind == "ConfigMap" and name == policy_params.NAME
+    return kind == policy_params.KIND and name == policy_params.NAME
 
 
 def labels_of(obj: Mapping[str, Any] | None) -> dict[str, Any]:
