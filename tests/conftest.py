@@ -77,3 +77,20 @@ def rendered(name: str) -> RenderedPlatform:
     if name not in _rendered_cache:
         _rendered_cache[name] = stack(name).render()
     return _rendered_cache[name]
+
+
+# In CI the tiers that need the platform tools run after those tools were built (.ci/run): there a skip (a tool, a
+# package or a kernel feature missing) would pass unseen, so ``TRAINYARD_FAIL_ON_SKIP=1`` makes it a failure that
+# names why. Off by default: on a newcomer's machine a tier without its tools skips, saying so.
+FAIL_ON_SKIP = os.environ.get("TRAINYARD_FAIL_ON_SKIP") == "1"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if FAIL_ON_SKIP and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped where CI needs it to run (TRAINYARD_FAIL_ON_SKIP=1): {reason}"
+    return None

@@ -25,7 +25,7 @@ from unittest import mock
 import pytest
 import yaml
 
-from tests.cluster.conftest import BIN_DIR, TRAINYARD, Cluster, bare_api_server
+from tests.cluster.conftest import BIN_DIR, TRAINYARD, Cluster, bare_api_server, install_policy_params
 from tests.conftest import ROOT, rendered, stack
 from trainyard.manifests.meta import TENANT_LABEL
 from trainyard.manifests.serving import CLUSTER_LOCAL, VISIBILITY_LABEL
@@ -86,6 +86,7 @@ def promotion(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Promotion]:
         cluster.kubectl("apply", "--server-side", "--field-manager=trainyard", "-f", "-",
                         stdin=yaml.safe_dump_all([*crds, *namespaces]))
         cluster.wait_established(*(c["metadata"]["name"] for c in crds))
+        install_policy_params(cluster, platform)  # the storage and exposure policies read each namespace's params
         cluster.kubectl("apply", "--server-side", "--field-manager=trainyard", "-f", "-",
                         stdin=yaml.safe_dump_all([*rbac, *policies]))
         plane = ControlPlane(Settings.from_env(cluster.env))
