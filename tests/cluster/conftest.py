@@ -173,14 +173,15 @@ def policy_params(platform: Any) -> list[Manifest]:
             if o["kind"] == policy_params_api.KIND]
 
 
-def install_policy_params(cluster: Cluster, platform: Any) -> None:
-    """The params' CRD (Trainyard's own), established and served, then every tenant namespace's params; the
-    tenant Namespaces must exist. Created where missing, like ``Cluster.create_missing``."""
+def install_policy_params(cluster: Cluster, platform: Any, params: list[Manifest] | None = None) -> None:
+    """The params' CRD (Trainyard's own), established and served, then every tenant namespace's params (``params``:
+    others than the platform's, e.g. of a variant of its config); the tenant Namespaces must exist. Created where
+    missing, like ``Cluster.create_missing``."""
     crds = [c for c in platform.crds if c["spec"]["group"] == policy_params_api.GROUP]
     assert [c["spec"]["names"]["kind"] for c in crds] == [policy_params_api.KIND]
     cluster.create_missing(crds)
     cluster.wait_established(*(c["metadata"]["name"] for c in crds))
-    params = policy_params(platform)
+    params = policy_params(platform) if params is None else params
 
     def created() -> bool:  # Established is not yet served: "the server could not find the requested resource"
         try:

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests import job_shapes
-from tests.cluster.conftest import Cluster, bare_api_server
+from tests.cluster.conftest import Cluster, bare_api_server, install_policy_params
 from tests.conftest import ROOT, rendered
 from trainyard import catalog
 from trainyard.manifests import admission
@@ -49,9 +49,9 @@ def shapes_cluster(tmp_path_factory: pytest.TempPathFactory, shapes_config: Any)
     assert len(concern) == 4
     with bare_api_server(tmp_path_factory, "trainjob-resources") as cluster:
         # The validating policy reads which flavors a namespace's queue offers from its params.
-        params = list(admission.tenant_params(shapes_config).values())
         cluster.kubectl("apply", "--server-side", "--field-manager=trainyard", "-f", "-",
-                        stdin=yaml.safe_dump_all([*crds, *namespaces, *params]))
+                        stdin=yaml.safe_dump_all([*crds, *namespaces]))
+        install_policy_params(cluster, platform, list(admission.tenant_params(shapes_config).values()))
         cluster.wait_established(*(c["metadata"]["name"] for c in crds))
         cluster.kubectl("apply", "--server-side", "--field-manager=trainyard", "-f", "-", stdin=yaml.safe_dump_all(concern))
         probe = yaml.safe_dump(job_shapes.Case("whole", job_shapes.SHAPES[0], "torch-distributed", "", 0).trainjob("probe"))
