@@ -16,6 +16,8 @@ The fake nodes (kwok) only move pods through their phases; a real node runs thei
   certificate for the node's address, webhook authentication and authorization, the cgroupfs driver under a
   cgroup root of its own, and every directory (root, pod logs, certificates) under the node's directory.
 - **kube-proxy** (``proxy=True`` on one node: ``rehearsal/proxy.py``), for every real node of this machine.
+- **NetworkPolicy enforcement** (``network_policy=True`` on one node: ``rehearsal/netpol.py``): kube-router's
+  network policy controller, for the pods of that node.
 
 ``RealNode.up`` first checks the machine (``prerequisites``) and starts nothing when something is missing.
 ``RealNode.down`` deletes the node's pods through the API (so the kubelet stops them and tears their network
@@ -57,6 +59,7 @@ from trainyard.rehearsal.cluster import (
     write_kubeconfig,
 )
 from trainyard.rehearsal.kube import KubeError, Manifest, wait_until
+from trainyard.rehearsal.netpol import NetworkPolicyEnforcer
 from trainyard.rehearsal.proxy import ServiceProxy
 
 DEFAULT_POD_NETWORK = "10.244.0.0/16"  # node i gets its i-th /24
@@ -78,6 +81,9 @@ class NodeLayout:
     index: int
     pod_network: str = DEFAULT_POD_NETWORK
     cni_bin_dir: Path = DEFAULT_CNI_BIN_DIR
+    # More destinations the pods get a route to (through the node's bridge address), besides the pod network and
+    # the service range: none by default (air-gapped). The NetworkPolicy tier routes stand-ins of "outside" here.
+    extra_pod_routes: tuple[str, ...] = ()
 
     @property
     def directory(self) -> Path:
@@ -196,7 +202,8 @@ def cni_config(layout: NodeLayout) -> Manifest:
             "type": "bridge", "bridge": layout.tag, "isGateway": True, "ipMasq": False, "hairpinMode": True,
             "ipam": {"type": "host-local", "dataDir": str(layout.path("cni", "ipam")),
                      "ranges": [[{"subnet": str(layout.subnet), "gateway": layout.address}]],
-                     "routes": [{"dst": layout.pod_network}, {"dst": SERVICE_CIDR}]},
+                     "routes": [{"dst": layout.pod_network}, {"dst": SERVICE_CIDR},
+                                *({"dst": dst} for dst in layout.extra_pod_routes)]},
         }],
     }
 
@@ -274,11 +281,13 @@ class RealNode:
 
     def __init__(self, settings: Settings, name: str = "node-0", index: int = 0,
                  pod_network: str | None = None, cni_bin_dir: Path | None = None,
-                 host: prerequisites.Host | None = None, proxy: bool = False) -> None:
+                 host: prerequisites.Host | None = None, proxy: bool = False, network_policy: bool = False,
+                 extra_pod_routes: tuple[str, ...] = ()) -> None:
         env = os.environ
         self.layout = NodeLayout(settings, name, index,
                                  pod_network or env.get("TRAINYARD_POD_NETWORK") or DEFAULT_POD_NETWORK,
-                                 cni_bin_dir or Path(env.get("TRAINYARD_CNI_BIN_DIR") or DEFAULT_CNI_BIN_DIR))
+                                 cni_bin_dir or Path(env.get("TRAINYARD_CNI_BIN_DIR") or DEFAULT_CNI_BIN_DIR),
+                                 extra_pod_routes)
         self.settings = settings
         self.plane = ControlPlane(settings)
         self.processes = Processes(settings)
@@ -286,6 +295,9 @@ class RealNode:
         self.host = host or prerequisites.Host()
         # kube-proxy serves every real node of this machine's network namespace: one node runs it.
         self.proxy = ServiceProxy(settings, name, self.layout.pod_network) if proxy else None
+        # kube-router's network policy controller writes this machine's filter table: one node runs it.
+        self.enforcer = NetworkPolicyEnforcer(settings, name, self.host)
+        self.network_policy = network_policy
 
     @property
     def name(self) -> str:
@@ -313,6 +325,8 @@ class RealNode:
             found.append(f"{images.BUSYBOX}: not found (Debian: apt-get install busybox-static), the test image's binary")
         if self.proxy is not None:
             found += self.proxy.problems()
+        if self.network_policy:
+            found += self.enforcer.problems()
         if self.host.find("ip") is not None:
             clash = self._subnet_clash()
             if clash:
@@ -371,6 +385,12 @@ class RealNode:
         self.wait_ready(ready_timeout)
         if self.proxy is not None:
             self.proxy.up()
+        if self.network_policy:
+            try:
+                self.enforcer.up()
+            except (ClusterError, prerequisites.PrerequisiteError):
+                self.down()  # an enforcer that cannot start leaves no node running without it
+                raise
 
     def _start_kubelet(self) -> None:
         layout, pki = self.layout, self.plane.pki
@@ -461,6 +481,8 @@ class RealNode:
         found = [f"process {name} (pid {self.processes.pid(name)})" for name in own if self.processes.running(name)]
         if self.proxy is not None:
             found += self.proxy.leftovers()
+        if self.network_policy or self.enforcer.served_node() == self.name:
+            found += self.enforcer.leftovers()
         found += [f"process {pid}: {cmd}" for pid, cmd in self._processes_of_node()]
         found += [f"mount {m}" for m in self._mounts()]
         if self._ip("link", "show", self.layout.tag, check=False).returncode == 0:
@@ -505,6 +527,8 @@ class RealNode:
             self._delete_pods(grace)
         if self.proxy is not None or (self.processes.pid("kube-proxy") is not None and not self._other_nodes_running()):
             (self.proxy or ServiceProxy(self.settings, self.name, self.layout.pod_network)).down()
+        if self.network_policy or self.enforcer.served_node() == self.name:
+            self.enforcer.down()
         self.processes.stop(self.kubelet)
         if self.processes.running(self.containerd):
             self._kill_containers()
