@@ -273,6 +273,81 @@ class LoopbackRegistry:
         self.processes.stop("registry")
 
 
+# ------------------------------------------------------------------------------------------- kubelet's chains
+
+
+# What kubelet itself writes into the machine's iptables and ip6tables (with iptables installed; it skips them
+# without): the hint that tells kube-proxy which iptables backend is in use, a canary per table to notice a flush,
+# and in IPv4's filter KUBE-FIREWALL, jumped to from INPUT and OUTPUT, which drops packets to 127/8 from elsewhere.
+# Ref: kubernetes v1.36.3 pkg/kubelet/kubelet_network_linux.go (syncIPTablesRules, KubeIPTablesHintChain,
+# KubeletFirewallChain, the canary chains).
+KUBELET_CHAINS = {"mangle": ("KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"), "nat": ("KUBE-KUBELET-CANARY",),
+                  "filter": ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY")}
+IPTABLES_FAMILIES = ("iptables", "ip6tables")
+
+
+class KubeletChains:
+    """kubelet's own iptables chains on this machine: removed when the last kubelet of the machine stops, unless they
+    were there before the rehearsal's first node started (a real kubelet of the machine owns them then)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.marker = settings.state_dir / "kubelet-iptables.owned"
+
+    @staticmethod
+    def _table(family: str, table: str) -> str:
+        listed = subprocess.run([f"{family}-save", "-t", table], capture_output=True, text=True, check=False)  # noqa: S603
+        return listed.stdout if listed.returncode == 0 else ""
+
+    def present(self) -> list[str]:
+        found = []
+        for family in IPTABLES_FAMILIES:
+            for table, chains in KUBELET_CHAINS.items():
+                declared = {line[1:].split()[0] for line in self._table(family, table).splitlines() if line.startswith(":")}
+                found += [f"{family} chain {table}/{c}" for c in chains if c in declared]
+        return found
+
+    def before_first_kubelet(self) -> None:
+        """Called before a kubelet starts: when no kubelet of the machine runs and none of its chains exist, the chains
+        the kubelet is about to write are the rehearsal's to remove."""
+        if not self.marker.exists() and not kubelets_running() and not self.present():
+            self.marker.parent.mkdir(parents=True, exist_ok=True)
+            self.marker.write_text("kubelet's iptables chains were absent before the rehearsal's first node\n")
+
+    def leftovers(self) -> list[str]:
+        return self.present() if self.marker.exists() and not kubelets_running() else []
+
+    def after_last_kubelet(self) -> None:
+        """Called after a kubelet stopped: when it was the machine's last, remove the chains it wrote (if ours)."""
+        if not self.marker.exists() or kubelets_running():
+            return
+        for family in IPTABLES_FAMILIES:
+            def run(table: str, *args: str, family: str = family) -> None:
+                subprocess.run([family, "-w", "5", "-t", table, *args], capture_output=True, check=False)  # noqa: S603
+
+            for table, chains in KUBELET_CHAINS.items():
+                for line in self._table(family, table).splitlines():
+                    parts = line.split()
+                    if len(parts) > 3 and parts[0] == "-A" and parts[-2] == "-j" and parts[-1] in chains:
+                        run(table, "-D", *parts[1:])  # a jump to one of them (INPUT/OUTPUT -j KUBE-FIREWALL)
+                declared = {line[1:].split()[0] for line in self._table(family, table).splitlines() if line.startswith(":")}
+                for chain in (c for c in chains if c in declared):
+                    run(table, "-F", chain)
+                    run(table, "-X", chain)
+        self.marker.unlink(missing_ok=True)
+
+
+def kubelets_running() -> bool:
+    """Whether any kubelet process runs on this machine (any cluster's, the rehearsal's or not)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == "kubelet":
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 # ------------------------------------------------------------------------------------------- the node
 
 
@@ -298,6 +373,7 @@ class RealNode:
         # kube-router's network policy controller writes this machine's filter table: one node runs it.
         self.enforcer = NetworkPolicyEnforcer(settings, name, self.host)
         self.network_policy = network_policy
+        self.kubelet_chains = KubeletChains(settings)
 
     @property
     def name(self) -> str:
@@ -381,6 +457,7 @@ class RealNode:
             raise NodeError(f"{exc}; see {self.settings.logs / (self.containerd + '.log')}") from None
         if not self.processes.running(self.containerd):
             raise NodeError(f"containerd exited:\n{self.processes.log_tail(self.containerd)}")
+        self.kubelet_chains.before_first_kubelet()
         self._start_kubelet()
         self.wait_ready(ready_timeout)
         if self.proxy is not None:
@@ -488,7 +565,7 @@ class RealNode:
         if self._ip("link", "show", self.layout.tag, check=False).returncode == 0:
             found.append(f"network device {self.layout.tag}")
         found += [f"cgroup {h / self.layout.tag}" for h in self._cgroup_hierarchies() if (h / self.layout.tag).exists()]
-        return found
+        return found + self.kubelet_chains.leftovers()
 
     def _other_nodes_running(self) -> bool:
         """Whether another real node of this cluster still runs (they share the registry)."""
@@ -530,6 +607,7 @@ class RealNode:
         if self.network_policy or self.enforcer.served_node() == self.name:
             self.enforcer.down()
         self.processes.stop(self.kubelet)
+        self.kubelet_chains.after_last_kubelet()
         if self.processes.running(self.containerd):
             self._kill_containers()
         self.processes.stop(self.containerd)
