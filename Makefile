@@ -140,9 +140,9 @@ node-tools: ## Build what a real node runs (tools/build.sh node: control plane, 
 	tools/build.sh -j $(TOOL_JOBS) node
 
 # What a real node runs that comes from Debian (docs/rehearsal.md, "Real nodes"); installed only where missing.
-NODE_PACKAGES := containerd runc containernetworking-plugins busybox-static gcc libc6-dev binutils iproute2 nftables
+NODE_PACKAGES := containerd runc containernetworking-plugins busybox-static gcc libc6-dev binutils iproute2 nftables iptables ipset
 .PHONY: node-packages
-node-packages: ## Install the Debian packages a real node needs (containerd, runc, CNI plugins, busybox-static, gcc), where missing
+node-packages: ## Install the Debian packages a real node needs (containerd, runc, CNI plugins, busybox-static, gcc, iptables, ipset), where missing
 	@missing=$$(for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then echo "installing $$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
 

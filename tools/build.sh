@@ -40,18 +40,19 @@ ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueu
 # Cold build cost, most first (CPU-seconds on a 2-core machine, docs/tools.md "Cold and warm"): the
 # order -j N starts them in. pulumi-kubernetes compiles one huge package on one core for ~15 min, so
 # with -j 2 the rest build beside it.
-BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kubelet pulumi kueue trainer kwok promtool jobset helm etcd kind crane)
+BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kubelet pulumi kueue trainer kwok promtool kube-router jobset helm etcd kind crane)
 # What `trainyard cluster up`, `make up` and the cluster tier need (the control plane, the engine and its
 # provider, the controllers, kwok; crane for the destroy test's registry). CI builds these first, beside
 # `make test`, and the rest (seaweedfs, promtool, kind) beside the cluster tier (.ci/run).
 CLUSTER_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes kueue jobset trainer kwok crane)
 # What a real rehearsal node needs besides the control plane (docs/rehearsal.md "Real nodes"): the kubelet
-# and kube-proxy, and crane for the loopback registry its images are pulled from. containerd, runc and the
-# CNI plugins come from Debian (the node's prerequisites check names them).
-NODE_TOOLS=(etcd kube-apiserver kubelet crane)
+# and kube-proxy, kube-router (its network policy controller only: NetworkPolicy enforcement), and crane for
+# the loopback registry its images are pulled from. containerd, runc, the CNI plugins, iptables and ipset come
+# from Debian (the node's prerequisites check names them).
+NODE_TOOLS=(etcd kube-apiserver kubelet kube-router crane)
 # Tools outside `all` (so `make tools` and CI's `tools/build.sh all` do not build them yet; docs/tools.md has
 # their cold and warm figures): built by name or by their group.
-OPTIONAL_TOOLS=(kubelet)
+OPTIONAL_TOOLS=(kubelet kube-router)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
@@ -60,6 +61,7 @@ PULUMI_VERSION=v3.274.1
 PULUMI_K8S_VERSION=4.25.0   # release the provider/v4 pseudo-version went into (docs/tools.md)
 HELM_VERSION=v3.22.0
 CRANE_VERSION=v0.22.1       # github.com/google/go-containerregistry (tools/crane/go.mod)
+KUBE_ROUTER_VERSION=v2.10.0 # github.com/cloudnativelabs/kube-router/v2 (tools/kube-router/go.mod)
 # SeaweedFS is built inside its own module (from the module zip): its go.mod has a replace
 # directive that a wrapper module would not inherit. The proxy lists exactly this pseudo-version
 # (weed/util/version/constants.go of that commit says 4.53).
@@ -131,6 +133,8 @@ tool_bins() {
       echo "kubelet k8s.io/kubernetes/cmd/kubelet"
       echo "kube-proxy k8s.io/kubernetes/cmd/kube-proxy"
       ;;
+    # Only its network policy controller runs (--run-firewall; trainyard.rehearsal.netpol).
+    kube-router) echo "kube-router github.com/cloudnativelabs/kube-router/v2/cmd/kube-router" ;;
     pulumi)
       echo "pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi"
       echo "pulumi-language-python ./cmd/pulumi-language-python"
@@ -192,6 +196,10 @@ tool_ldflags() {
         x+=" -X $p.k8sVersionMajor=$major -X $p.k8sVersionMinor=$minor"
       done
       ;;
+    # The variables kube-router's Makefile sets (GIT_COMMIT, BUILD_DATE); the epoch keeps the build reproducible.
+    kube-router)
+      x=" -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION"
+      x+=" -X github.com/cloudnativelabs/kube-router/v2/pkg/version.BuildDate=1970-01-01T00:00:00Z" ;;
     # `crane version` reads this variable (cmd/crane/cmd/version.go); without it it prints "(devel)".
     crane) x=" -X github.com/google/go-containerregistry/cmd/crane/cmd.Version=$CRANE_VERSION" ;;
     seaweedfs) x=" -X $SEAWEEDFS_MODULE/weed/util/version.COMMIT=$SEAWEEDFS_VERSION" ;;

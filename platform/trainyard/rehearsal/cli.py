@@ -44,7 +44,7 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
                     shutil.rmtree(settings.state_dir, ignore_errors=True)
             return EXIT_OK
         if args.action in {"node-up", "node-down"}:
-            return _real_node(settings, args.action, args.node, args.proxy)
+            return _real_node(settings, args.action, args.node, args.proxy, args.network_policy)
         rehearsal = _rehearsal(args.stack or "local")
         if args.action == "up":
             rehearsal.up()
@@ -63,13 +63,13 @@ def _env(settings: Settings) -> int:
     return EXIT_OK
 
 
-def _real_node(settings: Settings, action: str, name: str, proxy: bool) -> int:
+def _real_node(settings: Settings, action: str, name: str, proxy: bool, network_policy: bool) -> int:
     """A real node (containerd + CNI bridge + kubelet) beside the running control plane: docs/rehearsal.md "Real nodes"."""
     from trainyard.rehearsal.node import RealNode, real_node_names
 
     names = real_node_names(settings)
     index = names.index(name) if name in names else len(names)
-    node = RealNode(settings, name, index, proxy=proxy)
+    node = RealNode(settings, name, index, proxy=proxy, network_policy=network_policy)
     if action == "node-down":
         node.down()
         left = node.leftovers()
@@ -230,6 +230,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     cluster.add_argument("--tenant", metavar="NAME", help="kubeconfig: the tenant (a client certificate in its groups)")
     cluster.add_argument("--node", metavar="NAME", default="node-0", help="node-up/node-down: the real node's name")
     cluster.add_argument("--proxy", action="store_true", help="node-up: also run kube-proxy (nftables; one per machine)")
+    cluster.add_argument("--network-policy", action="store_true",
+                         help="node-up: also enforce NetworkPolicies for the node's pods (kube-router's firewall, iptables + "
+                         "ipset; one per machine)")
     cluster.set_defaults(func=_cmd_cluster)
 
     help_text = ("write a kind cluster configuration and the stack's kind overlay (controllers from their charts, "

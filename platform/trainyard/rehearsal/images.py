@@ -36,8 +36,9 @@ PAUSE_REPOSITORY = "rehearsal/pause"
 BUSYBOX_REPOSITORY = "rehearsal/busybox"
 BUSYBOX = Path("/bin/busybox")  # Debian busybox-static
 # The applets a test pod may call by name (busybox --list has ~300; links are cheap, but a short list keeps
-# the layer's listing readable).
-BUSYBOX_APPLETS = ("cat", "echo", "env", "hostname", "ip", "ls", "nc", "ping", "sh", "sleep", "wget")
+# the layer's listing readable). Not wget: Debian's static busybox 1.35 segfaults in it (glibc's resolver in a static
+# binary, even for an address literal: seen on the node tier); probes use nc. busybox's httpd serves the stand-ins.
+BUSYBOX_APPLETS = ("cat", "echo", "env", "hostname", "httpd", "ip", "ls", "nc", "ping", "sh", "sleep")
 LAYER = "application/vnd.oci.image.layer.v1.tar"
 CONFIG = "application/vnd.oci.image.config.v1+json"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"

@@ -16,6 +16,8 @@ The fake nodes (kwok) only move pods through their phases; a real node runs thei
   certificate for the node's address, webhook authentication and authorization, the cgroupfs driver under a
   cgroup root of its own, and every directory (root, pod logs, certificates) under the node's directory.
 - **kube-proxy** (``proxy=True`` on one node: ``rehearsal/proxy.py``), for every real node of this machine.
+- **NetworkPolicy enforcement** (``network_policy=True`` on one node: ``rehearsal/netpol.py``): kube-router's
+  network policy controller, for the pods of that node.
 
 ``RealNode.up`` first checks the machine (``prerequisites``) and starts nothing when something is missing.
 ``RealNode.down`` deletes the node's pods through the API (so the kubelet stops them and tears their network
@@ -57,6 +59,7 @@ from trainyard.rehearsal.cluster import (
     write_kubeconfig,
 )
 from trainyard.rehearsal.kube import KubeError, Manifest, wait_until
+from trainyard.rehearsal.netpol import NetworkPolicyEnforcer
 from trainyard.rehearsal.proxy import ServiceProxy
 
 DEFAULT_POD_NETWORK = "10.244.0.0/16"  # node i gets its i-th /24
@@ -78,6 +81,9 @@ class NodeLayout:
     index: int
     pod_network: str = DEFAULT_POD_NETWORK
     cni_bin_dir: Path = DEFAULT_CNI_BIN_DIR
+    # More destinations the pods get a route to (through the node's bridge address), besides the pod network and
+    # the service range: none by default (air-gapped). The NetworkPolicy tier routes stand-ins of "outside" here.
+    extra_pod_routes: tuple[str, ...] = ()
 
     @property
     def directory(self) -> Path:
@@ -196,7 +202,8 @@ def cni_config(layout: NodeLayout) -> Manifest:
             "type": "bridge", "bridge": layout.tag, "isGateway": True, "ipMasq": False, "hairpinMode": True,
             "ipam": {"type": "host-local", "dataDir": str(layout.path("cni", "ipam")),
                      "ranges": [[{"subnet": str(layout.subnet), "gateway": layout.address}]],
-                     "routes": [{"dst": layout.pod_network}, {"dst": SERVICE_CIDR}]},
+                     "routes": [{"dst": layout.pod_network}, {"dst": SERVICE_CIDR},
+                                *({"dst": dst} for dst in layout.extra_pod_routes)]},
         }],
     }
 
@@ -266,6 +273,81 @@ class LoopbackRegistry:
         self.processes.stop("registry")
 
 
+# ------------------------------------------------------------------------------------------- kubelet's chains
+
+
+# What kubelet itself writes into the machine's iptables and ip6tables (with iptables installed; it skips them
+# without): the hint that tells kube-proxy which iptables backend is in use, a canary per table to notice a flush,
+# and in IPv4's filter KUBE-FIREWALL, jumped to from INPUT and OUTPUT, which drops packets to 127/8 from elsewhere.
+# Ref: kubernetes v1.36.3 pkg/kubelet/kubelet_network_linux.go (syncIPTablesRules, KubeIPTablesHintChain,
+# KubeletFirewallChain, the canary chains).
+KUBELET_CHAINS = {"mangle": ("KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"), "nat": ("KUBE-KUBELET-CANARY",),
+                  "filter": ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY")}
+IPTABLES_FAMILIES = ("iptables", "ip6tables")
+
+
+class KubeletChains:
+    """kubelet's own iptables chains on this machine: removed when the last kubelet of the machine stops, unless they
+    were there before the rehearsal's first node started (a real kubelet of the machine owns them then)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.marker = settings.state_dir / "kubelet-iptables.owned"
+
+    @staticmethod
+    def _table(family: str, table: str) -> str:
+        listed = subprocess.run([f"{family}-save", "-t", table], capture_output=True, text=True, check=False)  # noqa: S603
+        return listed.stdout if listed.returncode == 0 else ""
+
+    def present(self) -> list[str]:
+        found = []
+        for family in IPTABLES_FAMILIES:
+            for table, chains in KUBELET_CHAINS.items():
+                declared = {line[1:].split()[0] for line in self._table(family, table).splitlines() if line.startswith(":")}
+                found += [f"{family} chain {table}/{c}" for c in chains if c in declared]
+        return found
+
+    def before_first_kubelet(self) -> None:
+        """Called before a kubelet starts: when no kubelet of the machine runs and none of its chains exist, the chains
+        the kubelet is about to write are the rehearsal's to remove."""
+        if not self.marker.exists() and not kubelets_running() and not self.present():
+            self.marker.parent.mkdir(parents=True, exist_ok=True)
+            self.marker.write_text("kubelet's iptables chains were absent before the rehearsal's first node\n")
+
+    def leftovers(self) -> list[str]:
+        return self.present() if self.marker.exists() and not kubelets_running() else []
+
+    def after_last_kubelet(self) -> None:
+        """Called after a kubelet stopped: when it was the machine's last, remove the chains it wrote (if ours)."""
+        if not self.marker.exists() or kubelets_running():
+            return
+        for family in IPTABLES_FAMILIES:
+            def run(table: str, *args: str, family: str = family) -> None:
+                subprocess.run([family, "-w", "5", "-t", table, *args], capture_output=True, check=False)  # noqa: S603
+
+            for table, chains in KUBELET_CHAINS.items():
+                for line in self._table(family, table).splitlines():
+                    parts = line.split()
+                    if len(parts) > 3 and parts[0] == "-A" and parts[-2] == "-j" and parts[-1] in chains:
+                        run(table, "-D", *parts[1:])  # a jump to one of them (INPUT/OUTPUT -j KUBE-FIREWALL)
+                declared = {line[1:].split()[0] for line in self._table(family, table).splitlines() if line.startswith(":")}
+                for chain in (c for c in chains if c in declared):
+                    run(table, "-F", chain)
+                    run(table, "-X", chain)
+        self.marker.unlink(missing_ok=True)
+
+
+def kubelets_running() -> bool:
+    """Whether any kubelet process runs on this machine (any cluster's, the rehearsal's or not)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == "kubelet":
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 # ------------------------------------------------------------------------------------------- the node
 
 
@@ -274,11 +356,13 @@ class RealNode:
 
     def __init__(self, settings: Settings, name: str = "node-0", index: int = 0,
                  pod_network: str | None = None, cni_bin_dir: Path | None = None,
-                 host: prerequisites.Host | None = None, proxy: bool = False) -> None:
+                 host: prerequisites.Host | None = None, proxy: bool = False, network_policy: bool = False,
+                 extra_pod_routes: tuple[str, ...] = ()) -> None:
         env = os.environ
         self.layout = NodeLayout(settings, name, index,
                                  pod_network or env.get("TRAINYARD_POD_NETWORK") or DEFAULT_POD_NETWORK,
-                                 cni_bin_dir or Path(env.get("TRAINYARD_CNI_BIN_DIR") or DEFAULT_CNI_BIN_DIR))
+                                 cni_bin_dir or Path(env.get("TRAINYARD_CNI_BIN_DIR") or DEFAULT_CNI_BIN_DIR),
+                                 extra_pod_routes)
         self.settings = settings
         self.plane = ControlPlane(settings)
         self.processes = Processes(settings)
@@ -286,6 +370,10 @@ class RealNode:
         self.host = host or prerequisites.Host()
         # kube-proxy serves every real node of this machine's network namespace: one node runs it.
         self.proxy = ServiceProxy(settings, name, self.layout.pod_network) if proxy else None
+        # kube-router's network policy controller writes this machine's filter table: one node runs it.
+        self.enforcer = NetworkPolicyEnforcer(settings, name, self.host)
+        self.network_policy = network_policy
+        self.kubelet_chains = KubeletChains(settings)
 
     @property
     def name(self) -> str:
@@ -313,6 +401,8 @@ class RealNode:
             found.append(f"{images.BUSYBOX}: not found (Debian: apt-get install busybox-static), the test image's binary")
         if self.proxy is not None:
             found += self.proxy.problems()
+        if self.network_policy:
+            found += self.enforcer.problems()
         if self.host.find("ip") is not None:
             clash = self._subnet_clash()
             if clash:
@@ -367,10 +457,17 @@ class RealNode:
             raise NodeError(f"{exc}; see {self.settings.logs / (self.containerd + '.log')}") from None
         if not self.processes.running(self.containerd):
             raise NodeError(f"containerd exited:\n{self.processes.log_tail(self.containerd)}")
+        self.kubelet_chains.before_first_kubelet()
         self._start_kubelet()
         self.wait_ready(ready_timeout)
         if self.proxy is not None:
             self.proxy.up()
+        if self.network_policy:
+            try:
+                self.enforcer.up()
+            except (ClusterError, prerequisites.PrerequisiteError):
+                self.down()  # an enforcer that cannot start leaves no node running without it
+                raise
 
     def _start_kubelet(self) -> None:
         layout, pki = self.layout, self.plane.pki
@@ -461,12 +558,14 @@ class RealNode:
         found = [f"process {name} (pid {self.processes.pid(name)})" for name in own if self.processes.running(name)]
         if self.proxy is not None:
             found += self.proxy.leftovers()
+        if self.network_policy or self.enforcer.served_node() == self.name:
+            found += self.enforcer.leftovers()
         found += [f"process {pid}: {cmd}" for pid, cmd in self._processes_of_node()]
         found += [f"mount {m}" for m in self._mounts()]
         if self._ip("link", "show", self.layout.tag, check=False).returncode == 0:
             found.append(f"network device {self.layout.tag}")
         found += [f"cgroup {h / self.layout.tag}" for h in self._cgroup_hierarchies() if (h / self.layout.tag).exists()]
-        return found
+        return found + self.kubelet_chains.leftovers()
 
     def _other_nodes_running(self) -> bool:
         """Whether another real node of this cluster still runs (they share the registry)."""
@@ -505,7 +604,10 @@ class RealNode:
             self._delete_pods(grace)
         if self.proxy is not None or (self.processes.pid("kube-proxy") is not None and not self._other_nodes_running()):
             (self.proxy or ServiceProxy(self.settings, self.name, self.layout.pod_network)).down()
+        if self.network_policy or self.enforcer.served_node() == self.name:
+            self.enforcer.down()
         self.processes.stop(self.kubelet)
+        self.kubelet_chains.after_last_kubelet()
         if self.processes.running(self.containerd):
             self._kill_containers()
         self.processes.stop(self.containerd)

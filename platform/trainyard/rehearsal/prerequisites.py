@@ -12,6 +12,7 @@ import contextlib
 import gzip
 import os
 import shutil
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 PACKAGE_OF = {
     "containerd": "containerd", "containerd-shim-runc-v2": "containerd", "ctr": "containerd", "runc": "runc",
     "ip": "iproute2", "mount": "mount", "umount": "mount", "gcc": "gcc libc6-dev", "strip": "binutils",
+    "iptables": "iptables", "iptables-save": "iptables", "iptables-restore": "iptables", "ipset": "ipset",
 }
 CNI_PLUGINS = ("bridge", "host-local", "loopback")  # the pod network (bridge + host-local IPAM) and lo
 # The cgroup controllers the kubelet's container manager needs (cgroup v1 hierarchies or v2 controllers).
@@ -29,6 +31,26 @@ KERNEL_FEATURES = {  # kernel config symbol -> (module name in /sys/module, what
     "CONFIG_BRIDGE": ("bridge", "the pod network's bridge"),
     "CONFIG_VETH": ("veth", "the pods' network interfaces"),
     "CONFIG_NET_NS": ("", "the pods' network namespaces"),
+}
+# What the NetworkPolicy enforcer (kube-router's network policy controller, rehearsal/netpol.py) runs and needs.
+# Ref: kube-router v2.10.0 pkg/controllers/netpol (the iptables matches and targets its rules use, ipset
+# hash:ip/hash:net sets), pkg/utils/ipset.go and the go-iptables handlers (they run these binaries).
+ENFORCER_BINARIES = ("iptables", "iptables-save", "iptables-restore", "ipset")
+ENFORCER_KERNEL_FEATURES = {  # kernel config symbol -> (module name in /sys/module, what needs it)
+    "CONFIG_IP_SET": ("ip_set", "the ipsets of the pods a NetworkPolicy selects"),
+    "CONFIG_IP_SET_HASH_IP": ("ip_set_hash_ip", "the ipsets of pod addresses (hash:ip)"),
+    "CONFIG_IP_SET_HASH_NET": ("ip_set_hash_net", "the ipsets of ipBlock CIDRs (hash:net)"),
+    "CONFIG_NETFILTER_XT_SET": ("xt_set", "iptables rules matching those ipsets (-m set)"),
+    "CONFIG_BRIDGE_NETFILTER": ("br_netfilter", "iptables seeing the traffic of pods on one bridge"),
+    "CONFIG_NETFILTER_XT_MATCH_PHYSDEV": ("xt_physdev", "rules for bridged pod traffic (-m physdev)"),
+    "CONFIG_NETFILTER_XT_MATCH_ADDRTYPE": ("xt_addrtype", "the rule for traffic from the node itself (-m addrtype)"),
+    "CONFIG_NETFILTER_XT_MATCH_COMMENT": ("xt_comment", "the rules' comments (-m comment)"),
+    "CONFIG_NETFILTER_XT_MATCH_CONNTRACK": ("xt_conntrack", "accepting established connections (-m conntrack)"),
+    "CONFIG_NETFILTER_XT_MARK": ("xt_mark", "marking traffic a policy accepts (-j MARK, -m mark)"),
+    "CONFIG_NETFILTER_XT_MATCH_LIMIT": ("xt_limit", "the rate limit of its drop log (-m limit)"),
+    "CONFIG_NETFILTER_XT_TARGET_NFLOG": ("xt_NFLOG", "its log of refused packets (-j NFLOG)"),
+    "CONFIG_NETFILTER_XT_MATCH_MULTIPORT": ("xt_multiport", "the node-port rules (-m multiport)"),
+    "CONFIG_IP_NF_TARGET_REJECT": ("ipt_REJECT", "refusing what no policy allows (-j REJECT)"),
 }
 
 
@@ -157,3 +179,29 @@ def check(binaries: dict[str, Path | None], cni_bin_dir: Path, host: Host | None
     problems = missing(binaries, cni_bin_dir, host)
     if problems:
         raise PrerequisiteError(problems)
+
+
+def enforcer_problems(host: Host | None = None) -> list[str]:
+    """What the NetworkPolicy enforcer lacks on this machine: iptables and ipset, the netfilter features its rules
+    use, and br_netfilter's switch (``/proc/sys/net/bridge``). Empty when it can run here."""
+    host = host or Host()
+    problems = [f"{name}: not found on PATH (Debian: apt-get install {PACKAGE_OF[name]}), run by the NetworkPolicy"
+                " enforcer (kube-router)" for name in ENFORCER_BINARIES if host.find(name) is None]
+    config = host.kernel_config()
+    for symbol, (module, needed_by) in ENFORCER_KERNEL_FEATURES.items():
+        if config is not None:
+            if config.get(symbol) not in {"y", "m"}:
+                problems.append(f"kernel: {symbol} is not set in /proc/config.gz, needed for {needed_by}")
+        elif not (host.sys_module / module).exists():
+            problems.append(f"kernel: module {module} is not loaded (/sys/module/{module}), needed for {needed_by}"
+                            f" (modprobe {module})")
+    if not (host.proc / "sys" / "net" / "bridge" / "bridge-nf-call-iptables").exists():
+        problems.append("kernel: /proc/sys/net/bridge/bridge-nf-call-iptables is missing (br_netfilter not loaded:"
+                        " modprobe br_netfilter), needed for iptables to see bridged pod traffic")
+    iptables = host.find("iptables-save")
+    if iptables is not None and not problems:
+        probe = subprocess.run([iptables, "-t", "filter"], capture_output=True, text=True, check=False)  # noqa: S603
+        if probe.returncode != 0:
+            problems.append(f"iptables-save -t filter failed: {probe.stderr.strip()} (the enforcer's iptables cannot"
+                            " read the filter table)")
+    return problems

@@ -41,12 +41,13 @@ class Ports:
     trainer_webhook: int = 29445
     trainer_health: int = 28101
     # Real nodes (rehearsal/node.py): their loopback image registry, the kubelets' ports (each on its node's
-    # address) and kube-proxy's (rehearsal/proxy.py).
+    # address), kube-proxy's (rehearsal/proxy.py) and kube-router's health port (rehearsal/netpol.py).
     registry: int = 25000
     kubelet: int = 26250
     kubelet_healthz: int = 26248
     kube_proxy_healthz: int = 26256
     kube_proxy_metrics: int = 26249
+    kube_router_health: int = 26244
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Ports:
