@@ -12,12 +12,13 @@ for that tenant, instead of an edit deep inside a CEL literal that every tenant 
 
 Why a CRD of our own and not a ConfigMap: kube-apiserver (v1.35, v1.36) watches a *built-in* param kind
 through its shared informer factory, started with a context it cancels as soon as no binding names that kind
-for one policy refresh (~1 s); a shared informer never restarts, so from then on the process resolves no new
-ConfigMap param ("no params found for policy binding with `Deny` parameterNotFoundAction": every tenant
-request refused) and keeps serving the deleted ones (a stale approval admitted), until the API server
-restarts. Removing the bindings (admission switched off and on, a teardown and a new ``pulumi up``) is
-enough. A custom kind gets a fresh dynamic informer each time and recovers. The rehearsal hit it: its
-yardstick applies and deletes every object before ``pulumi up``.
+for one policy refresh (~1 s); a shared informer never restarts, so where the policy source had started it (seen
+after an API server restart with the policy in place) the process from then on resolves no new ConfigMap param
+("no params found for policy binding with `Deny` parameterNotFoundAction": every tenant request refused) and
+keeps serving the deleted or outdated ones (a withdrawn approval admitted), until the API server restarts.
+Removing the bindings (admission switched off and on, a teardown and a new ``pulumi up``) is enough. A custom
+kind gets a fresh dynamic informer each time and recovers. The rehearsal hit it: its yardstick applies and
+deletes every object before ``pulumi up``.
 Ref: kubernetes v1.36 staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/generic/policy_source.go
 (calculatePolicyData cancels unused param informers; ensureParamsForPolicyLocked: informerFactory.Start with
 the instance context for built-in kinds, NewFilteredDynamicInformer for others); kubernetes/kubernetes#130887.
