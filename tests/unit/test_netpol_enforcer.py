@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from trainyard.rehearsal import netpol, node
+from trainyard.rehearsal import iptables, netpol, node
 from trainyard.rehearsal.cluster import Settings
 
 # kube-router v2.10.0's firewall with one pod selected, beside the machine's own rules (recorded from the node tier,
@@ -104,7 +104,7 @@ def settings(tmp_path: Path) -> Settings:
 def test_kube_routers_chains_ipsets_and_enforced_pods_are_read_from_the_tables(monkeypatch: pytest.MonkeyPatch,
                                                                                tmp_path: Path) -> None:
     fake = FakeCommands({"iptables/filter": FILTER}, ("KUBE-DST-ABC", "KUBE-SRC-DEF", "inet6:KUBE-SRC-GHI", "docker-set"))
-    monkeypatch.setattr(netpol.subprocess, "run", fake)
+    monkeypatch.setattr(iptables.subprocess, "run", fake)
     enforcer = netpol.NetworkPolicyEnforcer(settings(tmp_path), "node-0")
     assert enforcer.chains() == ["KUBE-NWPLCY-ABCD1234", "KUBE-NWPLCY-DEFAULT", "KUBE-POD-FW-EFGH5678",
                                  "KUBE-ROUTER-FORWARD", "KUBE-ROUTER-INPUT", "KUBE-ROUTER-OUTPUT"]
@@ -114,7 +114,7 @@ def test_kube_routers_chains_ipsets_and_enforced_pods_are_read_from_the_tables(m
 
 def test_down_removes_exactly_what_kube_router_wrote(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake = FakeCommands({"iptables/filter": FILTER}, ("KUBE-DST-ABC", "KUBE-SRC-DEF", "docker-set"))
-    monkeypatch.setattr(netpol.subprocess, "run", fake)
+    monkeypatch.setattr(iptables.subprocess, "run", fake)
     enforcer = netpol.NetworkPolicyEnforcer(settings(tmp_path), "node-0")
     enforcer.directory.mkdir(parents=True)
     (enforcer.directory / "node").write_text("node-0\n")  # it ran for this cluster
@@ -130,7 +130,7 @@ def test_down_removes_exactly_what_kube_router_wrote(monkeypatch: pytest.MonkeyP
 def test_down_of_an_enforcer_that_never_ran_here_touches_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Another cluster's (or a person's) kube-router owns these chains: a rehearsal that did not start one leaves them."""
     fake = FakeCommands({"iptables/filter": FILTER}, ("KUBE-DST-ABC",))
-    monkeypatch.setattr(netpol.subprocess, "run", fake)
+    monkeypatch.setattr(iptables.subprocess, "run", fake)
     netpol.NetworkPolicyEnforcer(settings(tmp_path), "node-0").down()
     assert fake.tables["iptables/filter"] == FILTER.splitlines() and fake.ipsets == ["KUBE-DST-ABC"]
     assert not [c for c in fake.calls if c[0] in ("iptables", "ipset") and c[1:2] != ["list"]]
@@ -153,7 +153,7 @@ def test_kubelets_chains_are_removed_after_the_last_kubelet_only_when_the_rehear
     monkeypatch.setattr(node, "kubelets_running", lambda: running["kubelet"])
     empty = {t: text.split("\n")[0] + "\nCOMMIT\n" for t, text in KUBELET.items()}
     fake = FakeCommands(empty)
-    monkeypatch.setattr(node.subprocess, "run", fake)
+    monkeypatch.setattr(iptables.subprocess, "run", fake)
     chains = node.KubeletChains(settings(tmp_path))
     chains.before_first_kubelet()  # none there, no kubelet running: the ones about to be written are ours
     fake.tables = {t: text.splitlines() for t, text in KUBELET.items()}  # ... and the kubelet writes them
@@ -178,7 +178,7 @@ def test_kubelets_chains_that_were_there_before_the_rehearsal_stay(monkeypatch: 
     """The machine runs (or ran) a kubelet of its own: its chains are not the rehearsal's to remove."""
     monkeypatch.setattr(node, "kubelets_running", lambda: False)
     fake = FakeCommands(dict(KUBELET))
-    monkeypatch.setattr(node.subprocess, "run", fake)
+    monkeypatch.setattr(iptables.subprocess, "run", fake)
     chains = node.KubeletChains(settings(tmp_path))
     chains.before_first_kubelet()
     chains.after_last_kubelet()

@@ -27,11 +27,10 @@ ensureTopLevelChains, Cleanup), pkg/controllers/netpol/pod.go, docs/user-guide.m
 from __future__ import annotations
 
 import re
-import shlex
 import subprocess
 from pathlib import Path
 
-from trainyard.rehearsal import prerequisites
+from trainyard.rehearsal import iptables, prerequisites
 from trainyard.rehearsal.cluster import (
     HOST,
     SERVICE_CIDR,
@@ -48,7 +47,6 @@ from trainyard.rehearsal.kube import Manifest, wait_until
 NAME = "kube-router"
 USER = "trainyard:kube-router"  # the client certificate's user, bound to the ClusterRole below
 CHAIN_PREFIXES = ("KUBE-ROUTER-", "KUBE-NWPLCY-", "KUBE-POD-FW-")
-TOP_LEVEL_CHAINS = ("INPUT", "FORWARD", "OUTPUT")
 IPSET_PREFIXES = ("KUBE-SRC-", "KUBE-DST-", "kube-router-local-pods")  # IPv4 names; IPv6 ones start "inet6:"
 BRIDGE_NF_CALL_IPTABLES = "net/bridge/bridge-nf-call-iptables"
 
@@ -170,12 +168,11 @@ class NetworkPolicyEnforcer:
             return None
 
     def _filter_table(self) -> str:
-        listed = subprocess.run(["iptables-save", "-t", "filter"], capture_output=True, text=True, check=False)  # noqa: S607
-        return listed.stdout if listed.returncode == 0 else ""
+        return iptables.save("filter")
 
     def chains(self) -> list[str]:
         """kube-router's network policy chains in this machine's filter table (any cluster's)."""
-        return sorted(m for m in re.findall(r"^:(\S+)", self._filter_table(), re.MULTILINE) if m.startswith(CHAIN_PREFIXES))
+        return sorted(c for c in iptables.declared_chains(self._filter_table()) if c.startswith(CHAIN_PREFIXES))
 
     def ipsets(self) -> list[str]:
         listed = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True, check=False)  # noqa: S607
@@ -216,21 +213,4 @@ class NetworkPolicyEnforcer:
 
     def _remove_rules(self) -> None:
         """The jumps from INPUT/FORWARD/OUTPUT first, then every chain with kube-router's prefixes (flushed, deleted)."""
-        def iptables(*args: str) -> None:
-            subprocess.run(["iptables", "-w", "5", "-t", "filter", *args], capture_output=True, check=False)  # noqa: S603, S607
-
-        for line in self._filter_table().splitlines():
-            parts = line.split()
-            if len(parts) > 1 and parts[0] == "-A" and parts[1] in TOP_LEVEL_CHAINS and "-j KUBE-ROUTER-" in line:
-                # iptables-save prints a rule as the arguments that add it: the same words after -D delete it.
-                iptables("-D", *_unquoted(line)[1:])
-        chains = self.chains()
-        for chain in chains:
-            iptables("-F", chain)
-        for chain in chains:
-            iptables("-X", chain)
-
-
-def _unquoted(line: str) -> list[str]:
-    """An iptables-save rule line split as a shell would (comments are double-quoted)."""
-    return shlex.split(line)
+        iptables.remove_chains("filter", self.chains())

@@ -47,7 +47,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainyard.rehearsal import images, prerequisites
+from trainyard.rehearsal import images, iptables, prerequisites
 from trainyard.rehearsal.cluster import (
     HOST,
     SERVICE_CIDR,
@@ -283,7 +283,6 @@ class LoopbackRegistry:
 # KubeletFirewallChain, the canary chains).
 KUBELET_CHAINS = {"mangle": ("KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"), "nat": ("KUBE-KUBELET-CANARY",),
                   "filter": ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY")}
-IPTABLES_FAMILIES = ("iptables", "ip6tables")
 
 
 class KubeletChains:
@@ -293,16 +292,11 @@ class KubeletChains:
     def __init__(self, settings: Settings) -> None:
         self.marker = settings.state_dir / "kubelet-iptables.owned"
 
-    @staticmethod
-    def _table(family: str, table: str) -> str:
-        listed = subprocess.run([f"{family}-save", "-t", table], capture_output=True, text=True, check=False)  # noqa: S603
-        return listed.stdout if listed.returncode == 0 else ""
-
     def present(self) -> list[str]:
         found = []
-        for family in IPTABLES_FAMILIES:
+        for family in iptables.FAMILIES:
             for table, chains in KUBELET_CHAINS.items():
-                declared = {line[1:].split()[0] for line in self._table(family, table).splitlines() if line.startswith(":")}
+                declared = set(iptables.declared_chains(iptables.save(table, family)))
                 found += [f"{family} chain {table}/{c}" for c in chains if c in declared]
         return found
 
@@ -320,19 +314,9 @@ class KubeletChains:
         """Called after a kubelet stopped: when it was the machine's last, remove the chains it wrote (if ours)."""
         if not self.marker.exists() or kubelets_running():
             return
-        for family in IPTABLES_FAMILIES:
-            def run(table: str, *args: str, family: str = family) -> None:
-                subprocess.run([family, "-w", "5", "-t", table, *args], capture_output=True, check=False)  # noqa: S603
-
+        for family in iptables.FAMILIES:
             for table, chains in KUBELET_CHAINS.items():
-                for line in self._table(family, table).splitlines():
-                    parts = line.split()
-                    if len(parts) > 3 and parts[0] == "-A" and parts[-2] == "-j" and parts[-1] in chains:
-                        run(table, "-D", *parts[1:])  # a jump to one of them (INPUT/OUTPUT -j KUBE-FIREWALL)
-                declared = {line[1:].split()[0] for line in self._table(family, table).splitlines() if line.startswith(":")}
-                for chain in (c for c in chains if c in declared):
-                    run(table, "-F", chain)
-                    run(table, "-X", chain)
+                iptables.remove_chains(table, chains, family)  # the jumps to them first (INPUT/OUTPUT -j KUBE-FIREWALL)
         self.marker.unlink(missing_ok=True)
 
 
