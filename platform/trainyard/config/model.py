@@ -58,6 +58,7 @@ from trainyard.config.sections import (
     Requeuing,
     Runtimes,
     SharedQuota,
+    SystemPods,
     Tenant,
     Topology,
     TopologyLevel,
@@ -97,6 +98,6 @@ __all__ = [
     "BorrowWithinCohort", "ClusterAccess", "Cohort", "Count", "CrdSource", "Duration", "FairSharing", "FieldError",
     "FlavorQuota", "GpuPool", "Group", "ImagePrefix", "Images", "Int32", "KueueSettings", "LabelKey", "LabelValue",
     "Labels", "Lifecycle", "Model", "Name", "PlatformConfig", "PlatformFields", "Preemption", "PriorityClass",
-    "ProjectPath", "Quantity", "Rehearsal", "Requeuing", "Runtimes", "SharedQuota", "Taint", "Tenant", "Text",
+    "ProjectPath", "Quantity", "Rehearsal", "Requeuing", "Runtimes", "SharedQuota", "SystemPods", "Taint", "Tenant", "Text",
     "Topology", "TopologyLevel", "TopologyRequest", "Versions", "WaitForPodsReady", "gpu_share",
 ]

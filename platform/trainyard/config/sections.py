@@ -25,6 +25,7 @@ from trainyard.config.base import (
     ImagePrefix,
     Int32,
     LabelKey,
+    Labels,
     Model,
     Name,
     ProjectPath,
@@ -34,7 +35,7 @@ from trainyard.config.base import (
 )
 from trainyard.config.data_cache import DataCache
 from trainyard.config.gpu_operator import GpuOperator
-from trainyard.config.gpu_pools import GpuPool
+from trainyard.config.gpu_pools import GpuPool, Taint
 from trainyard.config.lineage import Lineage
 from trainyard.config.mlflow import Mlflow
 from trainyard.config.monitoring import Monitoring
@@ -404,6 +405,21 @@ class Lifecycle(Model):
     )
 
 
+class SystemPods(Model):
+    """Where the platform's own controllers run (Kueue, JobSet, Trainer, cert-manager, KServe): a site's system
+    node pool, away from the GPU nodes that tenants' quotas count. Unset: wherever the scheduler puts them.
+
+    Applied to every chart the platform installs that takes a node selector and tolerations for its controller
+    pods (``manifests/placement.py`` names each chart's value paths). The rehearsal sets it to its real nodes, so
+    that no controller lands on a fake GPU node.
+    """
+
+    node_selector: Labels = Field(
+        default_factory=dict, description="Node labels the controller pods require (their nodeSelector).")
+    tolerations: tuple[Taint, ...] = Field(
+        default=(), max_length=8, description="Taints of the system nodes the controller pods tolerate.")
+
+
 class Rehearsal(Model):
     """Local rehearsal: which upstream controllers are external (CRDs and config applied, no Deployments)."""
 
@@ -435,6 +451,7 @@ class PlatformFields(Model):
     runtimes: Runtimes = Field(description="Approved ClusterTrainingRuntimes.")
     images: Images = Field(default=Images(), description="Controller image sources.")
     lifecycle: Lifecycle = Field(default=Lifecycle(), description="Protection of data-holding resources.")
+    system_pods: SystemPods = Field(default=SystemPods(), description="Where the platform's controllers run.")
     rehearsal: Rehearsal = Field(default=Rehearsal(), description="Local rehearsal settings.")
     security: Security = Security()
     multikueue: MultiKueue | None = Field(

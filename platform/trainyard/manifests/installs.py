@@ -14,7 +14,7 @@ import yaml
 
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import data_cache, kueue
+from trainyard.manifests import data_cache, kueue, placement
 from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import Manifest, metadata
@@ -32,7 +32,7 @@ def pinned_chart(config: PlatformConfig, pinned: catalog.Release, name: str, val
         repo=chart.repo,
         version=chart.version or pinned.version,
         namespace=namespace,
-        values=values,
+        values=placement.placed(config, name, values),
         external=name in config.rehearsal.external_controllers,
     )
 

@@ -190,6 +190,12 @@ def controllers(config: PlatformConfig, settings: Settings) -> list[Controller]:
     ]
 
 
+def host_controllers(config: PlatformConfig, settings: Settings) -> list[Controller]:
+    """The controllers the rehearsal runs as local processes: those the stack marks external. Where the
+    rehearsal has real nodes, their charts run them as pods instead (``stack.InCluster``) and none is started."""
+    return [c for c in controllers(config, settings) if c.name in config.rehearsal.external_controllers]
+
+
 def local_webhooks(documents: list[Manifest], source: WebhookSource, port: int, ca_bundle: str) -> list[Manifest]:
     """Webhook configurations of a kustomize render, pointed at 127.0.0.1:port (Services dropped)."""
     out = []
@@ -264,6 +270,8 @@ class Controllers:
         return any(c["type"] == "Established" and c["status"] == "True" for c in crd.get("status", {}).get("conditions", []))
 
     def up(self) -> None:
+        if not host_controllers(self.config, self.settings):
+            return
         self.check_versions()
         self.directory.mkdir(parents=True, exist_ok=True)
         self._ensure_kueue_metrics_certs()
@@ -278,11 +286,12 @@ class Controllers:
         # kubeconfigs: Ref: kueue v0.19.2 cmd/kueue/main.go, multikueue.SetupControllers(mgr, *cfg.Namespace, ...)).
         self.kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": kueue_namespace(self.config)}}],
                         field_manager=FIELD_MANAGER)
-        for controller in controllers(self.config, self.settings):
+        for controller in host_controllers(self.config, self.settings):
             self._start(controller)
-        for controller in controllers(self.config, self.settings):
+        for controller in host_controllers(self.config, self.settings):
             self.register(controller, ca_bundle)
-        self.kube.apply(trainer_public_objects(self.config), field_manager=FIELD_MANAGER)
+        if "trainer" in self.config.rehearsal.external_controllers:  # else the chart renders them
+            self.kube.apply(trainer_public_objects(self.config), field_manager=FIELD_MANAGER)
 
     def _config_for(self, controller: Controller) -> dict[str, Any]:
         if controller.name == "kueue":
@@ -349,7 +358,8 @@ class Controllers:
             self.processes.stop(controller.name)
 
     def status(self) -> dict[str, bool]:
-        return {c.name: self.processes.running(c.name) and self.ready(c) for c in controllers(self.config, self.settings)}
+        return {c.name: self.processes.running(c.name) and self.ready(c)
+                for c in host_controllers(self.config, self.settings)}
 
     def _ensure_kueue_metrics_certs(self) -> None:
         target = KUEUE_METRICS_CERT_DIR

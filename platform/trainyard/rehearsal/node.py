@@ -61,11 +61,11 @@ from trainyard.rehearsal.cluster import (
 from trainyard.rehearsal.kube import KubeError, Manifest, wait_until
 from trainyard.rehearsal.netpol import NetworkPolicyEnforcer
 from trainyard.rehearsal.proxy import ServiceProxy
+from trainyard.rehearsal.settings import REAL_NODE_LABELS
 
 DEFAULT_POD_NETWORK = "10.244.0.0/16"  # node i gets its i-th /24
 DEFAULT_CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 CAP_SYS_RESOURCE = 24  # linux/capability.h
-NODE_LABEL = "trainyard.dev/node"  # = "real" on these nodes (fake nodes carry kwok's annotation instead)
 
 
 class NodeError(ClusterError):
@@ -467,7 +467,7 @@ class RealNode:
             str(self.settings.binary("kubelet")), "--config", str(layout.path("kubelet.yaml")),
             "--kubeconfig", str(kubeconfig), "--root-dir", str(layout.path("kubelet")),
             "--cert-dir", str(layout.path("kubelet", "pki")), "--hostname-override", self.name,
-            "--node-ip", layout.address, "--node-labels", f"{NODE_LABEL}=real", "--v=1"])
+            "--node-ip", layout.address, "--node-labels", ",".join(f"{k}={v}" for k, v in REAL_NODE_LABELS.items()), "--v=1"])
 
     def wait_ready(self, timeout: float = 180) -> None:
         """Wait for the Node to be Ready, then lift the not-ready taint (no node lifecycle controller runs here)."""

@@ -16,6 +16,8 @@ from pathlib import Path
 from trainyard.rehearsal.kube import Kube
 
 HOST = "127.0.0.1"
+# What every real node carries (rehearsal/node.py), and what the rehearsal places controller pods by (stack.py).
+REAL_NODE_LABELS = {"trainyard.dev/node": "real"}
 CONTEXT = "trainyard-local"
 
 

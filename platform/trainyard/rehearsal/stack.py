@@ -10,6 +10,15 @@
 - every GPU pool ``fake: true``: its nodes are fake Node objects shaped like the pool (``manifests.rehearsal``);
 - ``lifecycle.protect_data: false``: a rehearsal is disposable (CRDs and namespaces are still retained on delete);
 
+With real nodes (``InCluster``: the controllers the rehearsal can run as pods, from images built here) it
+changes three more things, and those controllers' charts are installed by ``pulumi up`` like on any cluster:
+
+- ``rehearsal.external_controllers`` -> every chart controller *but* those;
+- ``images.registry_mirror`` -> ``trainyard.local/mirror/`` (containerd maps that host to the nodes' loopback
+  registry: ``rehearsal/images.py``) and ``images.lock_file`` -> the rehearsal's own lock in the cluster's state
+  directory, which the image factory fills with the digests it pushed (the repository's lock is not touched);
+- ``system_pods.node_selector`` -> the real nodes' label, so that no controller lands on a fake GPU node;
+
 then a scenario's own ``platform:`` overrides (merged; lists of named items merge by ``name``). The result
 is validated like any stack and written to the cluster's state directory, where ``tools/pulumi-local.sh``
 deploys it (``TRAINYARD_STACK_FILE``).
@@ -19,6 +28,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
@@ -28,7 +38,7 @@ from trainyard import yamlio
 from trainyard.config import ConfigError, PlatformConfig, validate_platform
 from trainyard.config.load import CONFIG_KEY
 from trainyard.config.model import Rehearsal
-from trainyard.rehearsal.settings import CONTEXT
+from trainyard.rehearsal.settings import CONTEXT, REAL_NODE_LABELS
 
 
 def _chart_controllers() -> list[str]:
@@ -38,6 +48,21 @@ def _chart_controllers() -> list[str]:
 
 
 EXTERNAL = _chart_controllers()
+# The mirror prefix the rehearsal's images are pushed and pulled under (MIRROR_HOST of rehearsal/images.py).
+REHEARSAL_MIRROR = "trainyard.local/mirror/"
+
+
+@dataclass(frozen=True)
+class InCluster:
+    """Controllers whose charts the rehearsal installs (their pods run on real nodes), and the lock of their images."""
+
+    controllers: tuple[str, ...]
+    lock_file: Path
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.controllers) - set(EXTERNAL))
+        if unknown:
+            raise ValueError(f"not a chart controller: {', '.join(unknown)} (one of {', '.join(EXTERNAL)})")
 
 
 def merge(base: Any, override: Any) -> Any:
@@ -60,11 +85,18 @@ def merge(base: Any, override: Any) -> Any:
     return copy.deepcopy(override)
 
 
-def rehearsal_platform(platform: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def rehearsal_platform(platform: Mapping[str, Any], overrides: Mapping[str, Any] | None = None,
+                       in_cluster: InCluster | None = None) -> dict[str, Any]:
     out: dict[str, Any] = copy.deepcopy(dict(platform))
     cluster = {k: v for k, v in (out.get("cluster") or {}).items() if k != "kubeconfig"}
     out["cluster"] = {**cluster, "context": CONTEXT}
-    out["rehearsal"] = {**(out.get("rehearsal") or {}), "external_controllers": list(EXTERNAL)}
+    running = in_cluster.controllers if in_cluster else ()
+    out["rehearsal"] = {**(out.get("rehearsal") or {}),
+                        "external_controllers": [name for name in EXTERNAL if name not in running]}
+    if in_cluster is not None:
+        out["images"] = {**(out.get("images") or {}), "registry_mirror": REHEARSAL_MIRROR,
+                         "lock_file": str(in_cluster.lock_file)}
+        out["system_pods"] = {**(out.get("system_pods") or {}), "node_selector": dict(REAL_NODE_LABELS)}
     out["gpu_pools"] = [{**pool, "fake": True} for pool in out.get("gpu_pools") or []]
     out["lifecycle"] = {**(out.get("lifecycle") or {}), "protect_data": False}
     merged: dict[str, Any] = merge(out, dict(overrides or {}))
@@ -81,9 +113,9 @@ def read_platform(stack_file: Path) -> dict[str, Any]:
 
 
 def write_rehearsal_stack(stack_file: Path, target: Path, overrides: Mapping[str, Any] | None = None,
-                          source: str | None = None) -> PlatformConfig:
+                          source: str | None = None, in_cluster: InCluster | None = None) -> PlatformConfig:
     """Validate the overlaid stack and write it to ``target``; raises ConfigError naming ``source``."""
-    platform = rehearsal_platform(read_platform(stack_file), overrides)
+    platform = rehearsal_platform(read_platform(stack_file), overrides, in_cluster)
     shown = source or f"{stack_file} (rehearsal overlay)"
     config = validate_platform(platform, shown)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -93,4 +125,5 @@ def write_rehearsal_stack(stack_file: Path, target: Path, overrides: Mapping[str
     return config
 
 
-__all__ = ["ConfigError", "merge", "read_platform", "rehearsal_platform", "write_rehearsal_stack"]
+__all__ = ["REHEARSAL_MIRROR", "ConfigError", "InCluster", "merge", "read_platform", "rehearsal_platform",
+           "write_rehearsal_stack"]

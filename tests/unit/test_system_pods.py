@@ -1,0 +1,88 @@
+"""``system_pods``: the platform's controller pods placed on a site's system nodes, chart by chart.
+
+The rendered values are checked against what each chart does with them in tests/charts (helm template); here:
+the stack setting becomes each covered chart's own keys, and a stack without it renders exactly as before.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainyard.config import ConfigError, validate_platform
+from trainyard.manifests import installs, placement
+from trainyard.project import open_stack
+from trainyard.rehearsal.stack import EXTERNAL, REHEARSAL_MIRROR, InCluster, read_platform, rehearsal_platform
+from trainyard.rehearsal.settings import REAL_NODE_LABELS
+
+
+def _with_system_pods(stack: str, system_pods: dict[str, Any]) -> Any:
+    platform = read_platform(open_stack(stack).path)
+    return validate_platform({**platform, "system_pods": system_pods}, f"{stack} + system_pods")
+
+
+def _release_values(config: Any) -> dict[str, dict[str, Any]]:
+    return {release.component: release.values for release in installs.releases(config)}
+
+
+def test_controllers_land_on_the_system_nodes_of_the_stack() -> None:
+    config = _with_system_pods("prod", {"node_selector": {"node-role.kubernetes.io/system": ""},
+                                        "tolerations": [{"key": "dedicated", "value": "system", "effect": "NoSchedule"}]})
+    values = _release_values(config)
+    toleration = [{"key": "dedicated", "operator": "Equal", "value": "system", "effect": "NoSchedule"}]
+    assert values["kueue"]["controllerManager"]["nodeSelector"] == {"node-role.kubernetes.io/system": ""}
+    assert values["kueue"]["controllerManager"]["tolerations"] == toleration
+    # placement merges into the chart values Trainyard sets already (the image stays)
+    assert values["kueue"]["controllerManager"]["manager"]["image"]["repository"].endswith("kueue/kueue")
+    assert values["jobset"]["controller"] == {"nodeSelector": {"node-role.kubernetes.io/system": ""},
+                                              "tolerations": toleration}
+    assert values["trainer"]["manager"] == {"nodeSelector": {"node-role.kubernetes.io/system": ""},
+                                            "tolerations": toleration}
+
+
+def test_a_toleration_without_a_value_tolerates_any_value() -> None:
+    config = _with_system_pods("local", {"tolerations": [{"key": "system-only", "effect": "NoExecute"}]})
+    assert placement.tolerations(config) == [{"key": "system-only", "operator": "Exists", "effect": "NoExecute"}]
+    assert "nodeSelector" not in _release_values(config)["jobset"].get("controller", {})
+
+
+@pytest.mark.parametrize("stack", ["local", "staging", "prod"])
+def test_a_stack_without_system_pods_renders_its_charts_as_before(stack: str) -> None:
+    config = open_stack(stack).config
+    for release in installs.releases(config):
+        assert placement.chart_values(config, release.component) == {}
+        assert placement.placed(config, release.component, {"a": 1}) == {"a": 1}
+
+
+def test_a_bad_node_selector_names_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"system_pods\.node_selector"):
+        _with_system_pods("local", {"node_selector": {"not a label key!": "x"}})
+
+
+def test_with_real_nodes_the_rehearsal_installs_the_charts_of_the_controllers_it_runs_as_pods(tmp_path: Path) -> None:
+    lock = tmp_path / "images.lock.yaml"
+    platform = rehearsal_platform(read_platform(open_stack("local").path), None,
+                                  InCluster(("kueue", "jobset", "trainer"), lock))
+    config = validate_platform(platform, "local (rehearsal overlay, real nodes)")
+    assert set(config.rehearsal.external_controllers) == set(EXTERNAL) - {"kueue", "jobset", "trainer"}
+    assert config.images.registry_mirror == REHEARSAL_MIRROR
+    assert config.images.lock_file == str(lock)
+    assert dict(config.system_pods.node_selector) == REAL_NODE_LABELS
+    releases = {r.component: r for r in installs.releases(config)}
+    assert not any(releases[c].external for c in ("kueue", "jobset", "trainer"))
+    kueue_image = releases["kueue"].values["controllerManager"]["manager"]["image"]["repository"]
+    assert kueue_image == "trainyard.local/mirror/kueue/kueue"  # <mirror><upstream repository>
+    assert releases["kueue"].values["controllerManager"]["nodeSelector"] == REAL_NODE_LABELS
+
+
+def test_without_real_nodes_every_chart_controller_stays_external() -> None:
+    platform = rehearsal_platform(read_platform(open_stack("local").path))
+    assert platform["rehearsal"]["external_controllers"] == EXTERNAL
+    assert "system_pods" not in platform
+
+
+def test_only_chart_controllers_can_run_in_the_cluster(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a chart controller: kwok"):
+        InCluster(("kwok",), tmp_path / "lock")
