@@ -17,6 +17,7 @@ changes three more things, and those controllers' charts are installed by ``pulu
 - ``images.registry_mirror`` -> ``trainyard.local/mirror/`` (containerd maps that host to the nodes' loopback
   registry: ``rehearsal/images.py``) and ``images.lock_file`` -> the rehearsal's own lock in the cluster's state
   directory, which the image factory fills with the digests it pushed (the repository's lock is not touched);
+- ``charts`` -> the same loopback registry as the OCI chart mirror (``rehearsal/mirror.py`` pushes the charts);
 - ``system_pods.node_selector`` -> the real nodes' label, so that no controller lands on a fake GPU node;
 
 then a scenario's own ``platform:`` overrides (merged; lists of named items merge by ``name``). The result
@@ -58,6 +59,7 @@ class InCluster:
 
     controllers: tuple[str, ...]
     lock_file: Path
+    registry: str = "127.0.0.1:25000"  # the real nodes' loopback registry (host:port): charts and images
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.controllers) - set(EXTERNAL))
@@ -96,6 +98,7 @@ def rehearsal_platform(platform: Mapping[str, Any], overrides: Mapping[str, Any]
     if in_cluster is not None:
         out["images"] = {**(out.get("images") or {}), "registry_mirror": REHEARSAL_MIRROR,
                          "lock_file": str(in_cluster.lock_file)}
+        out["charts"] = {"mirror": f"oci://{in_cluster.registry}/charts", "plain_http": True}
         out["system_pods"] = {**(out.get("system_pods") or {}), "node_selector": dict(REAL_NODE_LABELS)}
     out["gpu_pools"] = [{**pool, "fake": True} for pool in out.get("gpu_pools") or []]
     out["lifecycle"] = {**(out.get("lifecycle") or {}), "protect_data": False}

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from trainyard import __version__, chart_mirror
+from trainyard.config.sections import ChartSource
 from trainyard.manifests import RenderedPlatform, RenderError
 from trainyard.manifests.chart_release import ChartRelease, upstream_reference
 from trainyard.manifests.crds import git_blob_sha
@@ -353,17 +354,27 @@ def _import_charts(archive: fmt.Archive, stack: Stack, client: RegistryClient, r
     for chart in archive.manifest.get("charts") or []:
         package = archive.read(fmt.chart_member(chart["name"], chart["version"]))
         meta = fmt.chart_metadata(package)
-        repository = "/".join(part for part in (source.mirror_path, str(chart["name"])) if part)
-        target = ImageRef(str(source.mirror_host), repository, fmt.helm_tag(str(chart["version"])))
+        target = chart_target(stack.config.charts, str(chart["name"]), str(chart["version"]))
         progress(f"chart {chart['name']} {chart['version']} -> {source.mirror}/{chart['name']}:{target.tag}")
-        config = fmt.helm_config(meta)
-        for blob in (config, package):
-            digest = "sha256:" + fmt.sha256_hex(blob)
-            if not client.has_blob(target, digest):
-                client.push_blob(target, digest, len(blob), functools.partial(bytes, blob))
-        manifest = FetchedManifest(fmt.OCI_MANIFEST, fmt.helm_manifest(config, package, meta, created))
-        client.push_manifest(target, str(target.tag), manifest)
+        push_chart(client, target, package, meta, created)
         result.charts.append(f"{source.mirror}/{chart['name']}:{target.tag}")
+
+
+def chart_target(source: ChartSource, name: str, version: str) -> ImageRef:
+    """Where a chart goes in the stack's OCI chart mirror: ``<mirror>/<name>:<version>`` (helm's layout)."""
+    repository = "/".join(part for part in (source.mirror_path, name) if part)
+    return ImageRef(str(source.mirror_host), repository, fmt.helm_tag(version))
+
+
+def push_chart(client: RegistryClient, target: ImageRef, package: bytes, meta: dict[str, Any], created: str) -> None:
+    """Push a packaged chart as a Helm OCI artifact (config, package layer, manifest), as ``helm push`` does."""
+    config = fmt.helm_config(meta)
+    for blob in (config, package):
+        digest = "sha256:" + fmt.sha256_hex(blob)
+        if not client.has_blob(target, digest):
+            client.push_blob(target, digest, len(blob), functools.partial(bytes, blob))
+    manifest = FetchedManifest(fmt.OCI_MANIFEST, fmt.helm_manifest(config, package, meta, created))
+    client.push_manifest(target, str(target.tag), manifest)
 
 
 def _import_crds(archive: fmt.Archive, crds_dir: Path, result: ImportResult, progress: Progress) -> None:

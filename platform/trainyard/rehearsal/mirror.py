@@ -1,0 +1,80 @@
+"""The rehearsal's mirror: what an air-gapped site's registry holds for its stack, filled on this machine.
+
+With real nodes the rehearsal deploys the stack the way an air-gapped site does (docs/supply-chain.md): every
+chart from the site's OCI chart mirror and every image from its image mirror, by digest. Here both mirrors are the
+real nodes' loopback registry (``rehearsal/node.py``, ``LoopbackRegistry``), and nothing comes from outside:
+
+- **charts**: each chart release the rehearsal installs, taken from the verified upstream chart copies
+  (``$TRAINYARD_CHARTS_DIR``, listing hashes checked by ``chart_mirror.chart_source``), assembled with its
+  dependencies and packaged as ``helm package`` would, then pushed as a Helm OCI artifact to
+  ``<registry>/charts/<name>:<version>`` (the layout ``trainyard bom STACK --import`` writes; the same push:
+  ``supply.airgap.push_chart``). The stack's ``charts.mirror`` names it (``stack.InCluster``).
+- **images**: the image factory's builds, pushed under the stack's mirror names; their digests go into the
+  rehearsal's own image lock (the repository's lock is never written).
+
+Packages carry the epoch as their creation time, so the same chart gives the same artifact digest.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainyard import chart_mirror
+from trainyard.config.model import PlatformConfig
+from trainyard.manifests.chart_release import ChartRelease
+from trainyard.supply import archive as fmt
+from trainyard.supply.airgap import chart_target, push_chart
+from trainyard.supply.registry import RegistryClient, RegistryError
+
+EPOCH = "1970-01-01T00:00:00Z"
+CHARTS_PATH = "charts"
+
+
+class MirrorError(Exception):
+    """The rehearsal's mirror could not be filled; says what and why."""
+
+
+def chart_mirror_url(registry: str) -> str:
+    """The ``charts.mirror`` of a stack deployed from the rehearsal's loopback registry (host:port)."""
+    return f"oci://{registry}/{CHARTS_PATH}"
+
+
+@dataclass(frozen=True)
+class PushedChart:
+    release: str
+    reference: str  # oci://.../<name>:<version>
+
+
+def push_charts(config: PlatformConfig, releases: list[ChartRelease], registry: str,
+                charts_dir: Path | None = None) -> list[PushedChart]:
+    """Push the chart of every installed (not external) release to the loopback registry at ``registry``."""
+    directory = charts_dir or chart_mirror.charts_dir()
+    if directory is None:
+        raise MirrorError(f"the upstream chart copies are not found: set {chart_mirror.CHARTS_DIR_ENV} "
+                          "(default ../shared/charts next to the project)")
+    if config.charts.mirror != chart_mirror_url(registry):
+        raise MirrorError(f"the stack's charts.mirror is {config.charts.mirror!r}, not the rehearsal's registry "
+                          f"{chart_mirror_url(registry)!r}")
+    client = RegistryClient({registry: f"http://{registry}"}, insecure=True)
+    pushed, seen = [], set()
+    with tempfile.TemporaryDirectory(prefix="trainyard-rehearsal-charts-") as work:
+        for release in releases:
+            if release.external or (release.chart_name, release.version) in seen:
+                continue
+            seen.add((release.chart_name, release.version))
+            try:
+                source = chart_mirror.chart_source(release, directory)
+                assembled = chart_mirror.assemble(source, directory, Path(work) / release.name)
+            except chart_mirror.ChartUnavailable as exc:
+                raise MirrorError(f"chart of release {release.name}: {exc}") from None
+            package = fmt.package_chart(assembled.path)
+            meta = fmt.chart_metadata(package)
+            target = chart_target(config.charts, release.chart_name, str(meta["version"]))
+            try:
+                push_chart(client, target, package, meta, EPOCH)
+            except RegistryError as exc:
+                raise MirrorError(f"pushing chart {release.chart_name} to {registry}: {exc}") from None
+            pushed.append(PushedChart(release.name, f"oci://{target.registry}/{target.repository}:{target.tag}"))
+    return pushed
