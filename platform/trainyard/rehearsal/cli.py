@@ -23,8 +23,8 @@ from trainyard.rehearsal.session import Rehearsal, stop_everything
 from trainyard.rehearsal.settings import ClusterError, Settings
 
 
-def _rehearsal(stack: str) -> Rehearsal:
-    return Rehearsal(open_stack(stack))
+def _rehearsal(stack: str, real_nodes: bool | None = None) -> Rehearsal:
+    return Rehearsal(open_stack(stack), real_nodes=real_nodes)
 
 
 def _cmd_cluster(args: argparse.Namespace) -> int:
@@ -45,16 +45,33 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.action in {"node-up", "node-down"}:
             return _real_node(settings, args.action, args.node, args.proxy, args.network_policy)
-        rehearsal = _rehearsal(args.stack or "local")
-        if args.action == "up":
-            rehearsal.up()
-            return EXIT_OK
-        if args.action in {"smoke", "kubeconfig"}:
-            return _smoke(rehearsal) if args.action == "smoke" else _tenant_kubeconfig(rehearsal, args.tenant)
+        rehearsal = _rehearsal(args.stack or "local", True if args.real_nodes else None)
+        actions = {"up": lambda: _up(rehearsal), "deploy": lambda: _deploy(rehearsal), "smoke": lambda: _smoke(rehearsal),
+                   "kubeconfig": lambda: _tenant_kubeconfig(rehearsal, args.tenant)}
+        if args.action in actions:
+            return actions[args.action]()
     except (ClusterError, KubeError, TimeoutError, PrerequisiteError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     raise UsageError(f"unknown action {args.action}")
+
+
+def _up(rehearsal: Rehearsal) -> int:
+    rehearsal.up()
+    return EXIT_OK
+
+
+def _deploy(rehearsal: Rehearsal) -> int:
+    """``pulumi up`` of the rehearsal overlay of the stack, then (with real nodes) every installed controller Ready."""
+    run = rehearsal.deploy()
+    print(run.output, end="")
+    if run.returncode != 0:
+        print(f"error: pulumi up failed (exit {run.returncode}) after {run.seconds:.0f}s", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if rehearsal.real_nodes:
+        print(rehearsal.wait_platform_ready())
+    print(f"==> deployed in {run.seconds:.0f}s", flush=True)
+    return EXIT_OK
 
 
 def _env(settings: Settings) -> int:
@@ -219,14 +236,20 @@ def _cmd_kind(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     help_text = "the rehearsal cluster: control plane, real Kueue/JobSet/Trainer, kwok and fake GPU nodes on 127.0.0.1"
     cluster = subparsers.add_parser("cluster", help=help_text, description=help_text)
-    cluster.add_argument("action", choices=["up", "down", "status", "env", "smoke", "kubeconfig", "node-up", "node-down"],
-                         help="up: start (idempotent); down: stop (webhooks removed first); status; env: variables; "
+    cluster.add_argument("action", choices=["up", "deploy", "down", "status", "env", "smoke", "kubeconfig", "node-up",
+                                            "node-down"],
+                         help="up: start (idempotent); deploy: `pulumi up` of the stack's rehearsal overlay (with real "
+                         "nodes: then every installed controller Ready); down: stop (webhooks removed first); status; "
+                         "env: variables; "
                          "smoke: one TrainJob per tenant, admitted, placed on its pool and completed; "
                          "kubeconfig --tenant T: print the path of a kubeconfig of a member of tenant T; "
                          "node-up/node-down [--node NAME]: a real node (containerd, CNI bridge, kubelet; root) beside the "
                          "running control plane, and its clean stop")
     cluster.add_argument("stack", metavar="STACK", nargs="?", help="stack whose pools and Kueue settings to use (default local)")
     cluster.add_argument("--purge", action="store_true", help="down: also delete the cluster's state directory")
+    cluster.add_argument("--real-nodes", action="store_true",
+                         help="up: a real node (root; containerd, kubelet, kube-proxy) runs Kueue, JobSet and Trainer as pods "
+                         "from their charts, images built here into the loopback mirror (docs/rehearsal.md)")
     cluster.add_argument("--tenant", metavar="NAME", help="kubeconfig: the tenant (a client certificate in its groups)")
     cluster.add_argument("--node", metavar="NAME", default="node-0", help="node-up/node-down: the real node's name")
     cluster.add_argument("--proxy", action="store_true", help="node-up: also run kube-proxy (nftables; one per machine)")

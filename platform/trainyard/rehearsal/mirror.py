@@ -18,14 +18,18 @@ Packages carry the epoch as their creation time, so the same chart gives the sam
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard import chart_mirror
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.chart_release import ChartRelease
+from trainyard.project import Stack
+from trainyard.rehearsal.stack import InCluster
 from trainyard.supply import archive as fmt
 from trainyard.supply.airgap import chart_target, push_chart
+from trainyard.supply.lock import ImageLock, load_lock
 from trainyard.supply.registry import RegistryClient, RegistryError
 
 EPOCH = "1970-01-01T00:00:00Z"
@@ -78,3 +82,33 @@ def push_charts(config: PlatformConfig, releases: list[ChartRelease], registry: 
                 raise MirrorError(f"pushing chart {release.chart_name} to {registry}: {exc}") from None
             pushed.append(PushedChart(release.name, f"oci://{target.registry}/{target.repository}:{target.tag}"))
     return pushed
+
+
+def seed_lock(stack: Stack, in_cluster: InCluster) -> ImageLock:
+    """The rehearsal's lock starts as a copy of the stack's own (runtimes and serving images keep their pins);
+    the factory's images are added to it. Written to ``in_cluster.lock_file``; the repository's lock is untouched."""
+    source = Path(stack.config.images.lock_file)
+    lock = load_lock(source if source.is_absolute() else stack.root / source)
+    seeded = ImageLock(dict(lock.entries), in_cluster.lock_file)
+    in_cluster.lock_file.parent.mkdir(parents=True, exist_ok=True)
+    in_cluster.lock_file.write_text(seeded.dump(), encoding="utf-8")
+    return seeded
+
+
+def push_images(config: PlatformConfig, in_cluster: InCluster, lock: ImageLock) -> Iterator[str]:
+    """The in-cluster controllers' images, built by the factory, pushed, and their digests added to ``lock``."""
+    raise MirrorError("the image factory is not merged yet (WIP: branch factory)")
+    yield ""
+
+
+def fill_mirror(stack: Stack, config: PlatformConfig, in_cluster: InCluster) -> Iterator[str]:
+    """Fill the loopback registry for the in-cluster stack ``config`` (the rehearsal overlay of ``stack``):
+    the lock, the images the factory builds, the charts. Yields one line per thing done."""
+    from trainyard.manifests import render_platform
+
+    lock = seed_lock(stack, in_cluster)
+    yield f"image lock {in_cluster.lock_file} (from {stack.config.images.lock_file}: {len(lock.entries)} entries)"
+    yield from push_images(config, in_cluster, lock)
+    rendered = render_platform(config, stack.root, stack.path.parent)
+    for chart in push_charts(config, list(rendered.releases), in_cluster.registry):
+        yield f"chart {chart.reference} (release {chart.release})"

@@ -9,6 +9,12 @@ Used by ``trainyard cluster``, ``trainyard rehearse``, ``make up`` and the clust
     rehearsal.wait_finished(["demo"])
     rehearsal.workloads("team-a")
     rehearsal.down()                    # webhooks first, then controllers, kwok, control plane
+
+With ``real_nodes=True`` (``trainyard cluster up --real-nodes``, root) a real node (containerd, kubelet,
+kube-proxy) joins the cluster beside the fake GPU nodes, the rehearsal fills its loopback registry the way an
+air-gapped site fills its mirror (``mirror.py``: the charts, the images the factory builds, the lock), and
+Kueue, JobSet and Trainer are no longer local processes: ``deploy`` installs their charts with the rest of the
+stack (``stack.InCluster``) and their pods run on the real node.
 """
 
 from __future__ import annotations
@@ -33,14 +39,18 @@ from trainyard.rehearsal.kwok import Kwok
 from trainyard.rehearsal.processes import Processes
 from trainyard.rehearsal.report import Observer, check, table
 from trainyard.rehearsal.scenario import Job, Scenario, seconds
-from trainyard.rehearsal.settings import ClusterError, Settings
-from trainyard.rehearsal.stack import write_rehearsal_stack
+from trainyard.rehearsal.settings import HOST, ClusterError, Settings
+from trainyard.rehearsal.stack import InCluster, write_rehearsal_stack
 from trainyard.rehearsal.trainjobs import trainjob_for
 
 if TYPE_CHECKING:
     from trainyard.rehearsal.sdk import TenantSdk
 
 PROBE_NAMESPACE = "trainyard-rehearsal"
+# The controllers the rehearsal runs as pods on a real node: those whose images the image factory builds here.
+IN_CLUSTER_CONTROLLERS = ("jobset", "kueue", "trainer")
+REAL_NODES_MARKER = "real-nodes"  # in the state directory: this cluster was started with real nodes
+REAL_NODE = "node-0"
 TRAINJOBS_QUOTA_KEY = "count/trainjobs.trainer.kubeflow.org"
 
 
@@ -53,16 +63,23 @@ class EngineRun:
 
 class Rehearsal:
     def __init__(self, stack: Stack, settings: Settings | None = None, overrides: Mapping[str, Any] | None = None,
-                 env: Mapping[str, str] | None = None, config_secrets: Mapping[str, Path] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, config_secrets: Mapping[str, Path] | None = None,
+                 real_nodes: bool | None = None) -> None:
         """``config_secrets``: Pulumi config secrets the deploy sets first (key in the ``trainyard`` namespace ->
-        file holding the value; tools/pulumi-local.sh ``TRAINYARD_CONFIG_SECRETS``), e.g. a worker's kubeconfig."""
+        file holding the value; tools/pulumi-local.sh ``TRAINYARD_CONFIG_SECRETS``), e.g. a worker's kubeconfig.
+        ``real_nodes``: None keeps what the running cluster was started with (its state directory says)."""
         self.stack = stack
         self.settings = settings or Settings.from_env(env)
+        marker = self.settings.state_dir / REAL_NODES_MARKER
+        self.real_nodes = marker.exists() if real_nodes is None else real_nodes
+        self.in_cluster = (InCluster(IN_CLUSTER_CONTROLLERS, self.settings.state_dir / "images.lock.yaml",
+                                     f"{HOST}:{self.settings.ports.registry}") if self.real_nodes else None)
         self.env = dict(os.environ if env is None else env)
         self.overrides = dict(overrides or {})
         self.config_secrets = dict(config_secrets or {})
         self.stack_file = self.settings.state_dir / "stacks" / f"Pulumi.{stack.name}.yaml"
-        self.config: PlatformConfig = write_rehearsal_stack(stack.path, self.stack_file, self.overrides)
+        self.config: PlatformConfig = write_rehearsal_stack(stack.path, self.stack_file, self.overrides,
+                                                            in_cluster=self.in_cluster)
         self.control_plane = ControlPlane(self.settings)
         self.kube: Kube = self.settings.kube()
         self.kwok = Kwok(self.settings, self.kube)
@@ -72,7 +89,7 @@ class Rehearsal:
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Rehearsal:
         """The same stack and cluster with a scenario's platform overrides."""
-        return Rehearsal(self.stack, self.settings, overrides, self.env, self.config_secrets)
+        return Rehearsal(self.stack, self.settings, overrides, self.env, self.config_secrets, self.real_nodes)
 
     def up(self) -> None:
         """Everything but the stack itself: control plane, CRDs, kwok, controllers, fake nodes. Idempotent."""
@@ -83,6 +100,8 @@ class Rehearsal:
         self.control_plane.up()
         self.controllers.install_crds()
         self.wait_for_quota_controller()
+        if self.in_cluster is not None:
+            self._real_node_up()
         self.kwok.up()
         self.controllers.up()
         nodes = fake_nodes(self.config, every_pool=True)
@@ -92,6 +111,21 @@ class Rehearsal:
         print(f"==> rehearsal cluster up in {time.monotonic() - start:.0f}s: {self.control_plane.server}, "
               f"{len(nodes)} fake GPU nodes, Kueue v{self.config.versions.kueue}, JobSet v{self.config.versions.jobset}, "
               f"Trainer v{self.config.versions.trainer}; export KUBECONFIG={self.settings.kubeconfig}", flush=True)
+
+    def _real_node_up(self) -> None:
+        """The real node the controllers' pods run on, and the mirror the stack is deployed from."""
+        from trainyard.rehearsal.mirror import fill_mirror
+        from trainyard.rehearsal.node import RealNode
+
+        assert self.in_cluster is not None
+        (self.settings.state_dir / REAL_NODES_MARKER).write_text(",".join(self.in_cluster.controllers) + "\n")
+        start = time.monotonic()
+        RealNode(self.settings, REAL_NODE, 0, proxy=True).up()
+        print(f"==> real node {REAL_NODE} Ready in {time.monotonic() - start:.0f}s", flush=True)
+        start = time.monotonic()
+        for line in fill_mirror(self.stack, self.config, self.in_cluster):
+            print(f"    {line}", flush=True)
+        print(f"==> the rehearsal's mirror filled in {time.monotonic() - start:.0f}s", flush=True)
 
     def _claim_cluster(self) -> None:
         """One stack per rehearsal cluster: its queues, nodes and tenants would mix with another's."""
@@ -154,6 +188,7 @@ class Rehearsal:
             except KubeError as exc:
                 print(f"    warning: could not remove the webhook registrations: {exc}", file=sys.stderr)
         stop_everything(self.settings)
+        (self.settings.state_dir / REAL_NODES_MARKER).unlink(missing_ok=True)
         if purge:
             import shutil
 
@@ -180,6 +215,41 @@ class Rehearsal:
         with log.open("a") as handle:
             handle.write(run.output)
         return run
+
+    def installed_namespaces(self) -> list[str]:
+        """The namespaces of the controllers whose charts this rehearsal installs (none without real nodes)."""
+        from trainyard.manifests import installs
+
+        return sorted({r.namespace for r in installs.releases(self.config) if not r.external})
+
+    def wait_platform_ready(self, timeout: float = 600) -> str:
+        """Every Deployment the installed charts made is Available, every pod of theirs Ready, on a real node;
+        returns the pods as ``kubectl get pods -o wide`` lists them."""
+        namespaces = self.installed_namespaces()
+
+        def problems() -> list[str]:
+            found = []
+            for namespace in namespaces:
+                deployments = self.kube.items("deployments", namespace)
+                if not deployments:
+                    found.append(f"{namespace}: no Deployment yet")
+                for deployment in deployments:
+                    status, wanted = deployment.get("status", {}), deployment["spec"].get("replicas", 1)
+                    if status.get("availableReplicas", 0) < wanted:
+                        found.append(f"{namespace}/{deployment['metadata']['name']}: "
+                                     f"{status.get('availableReplicas', 0)}/{wanted} available")
+                for pod in self.kube.items("pods", namespace):
+                    if pod["spec"].get("nodeName") not in (None, REAL_NODE):
+                        found.append(f"{namespace}/{pod['metadata']['name']} on {pod['spec'].get('nodeName')}, "
+                                     f"not the real node {REAL_NODE}")
+            return found
+
+        try:
+            wait_until("the platform's pods to be Ready on the real node", lambda: not problems(), timeout)
+        except TimeoutError:
+            raise ClusterError("the platform is not Ready: " + "; ".join(problems())) from None
+        return "\n".join(self.kube.run("get", "pods", "-n", namespace, "-o", "wide").stdout.rstrip()
+                         for namespace in namespaces)
 
     def deployed_digest(self) -> str:
         return hashlib.sha256(self.stack_file.read_bytes()).hexdigest()
