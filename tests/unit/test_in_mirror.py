@@ -292,3 +292,14 @@ def test_images_verify_in_mirror_exits_1_with_the_programs_message(tmp_path: Pat
 def test_endpoint_flags_without_in_mirror_are_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["images", "verify", "prod", "--endpoint", f"{MIRROR_HOST}=https://127.0.0.1:1"]) == 2
     assert "--endpoint and --insecure belong to --in-mirror" in capsys.readouterr().err
+
+
+def test_a_plain_http_endpoint_without_insecure_is_not_asked_and_says_why() -> None:
+    images = prod_images()
+    report = check_in_mirror("prod", "stacks/Pulumi.prod.yaml", images,
+                             registry_client([f"{MIRROR_HOST}=http://127.0.0.1:9"]))  # refused before any request
+    (host,) = report.unchecked
+    assert not host.unreachable and host.images == len(images)
+    assert (f"  registry {MIRROR_HOST}, asked at http://127.0.0.1:9/v2/: not asked ({MIRROR_HOST}: endpoint "
+            f"http://127.0.0.1:9 is plain http; pass --insecure to allow it); {len(images)} images not checked"
+            ) in report.message.splitlines()

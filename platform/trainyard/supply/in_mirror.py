@@ -120,7 +120,7 @@ class MirrorReport:
             lines.append(f"stack {self.stack!r}: cannot check that the images it pulls are in their registry "
                          "(images.verify_in_mirror):")
             lines += [f"  registry {h.host}, asked at {h.endpoint}/v2/: "
-                      f"{'cannot be reached' if h.unreachable else 'refused'} ({h.reason}); {h.images} images not checked"
+                      f"{'cannot be reached' if h.unreachable else 'not asked'} ({h.reason}); {h.images} images not checked"
                       for h in self.unchecked]
             lines += [f"  {error}" for error in self.errors]
         if any(m.image.sync is not None for m in self.missing):
