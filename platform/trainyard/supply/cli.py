@@ -6,7 +6,10 @@ writes a file, or for ``--format sync`` a directory with one YAML per destinatio
 stack uses and rewrites the lock (all or nothing: one image that cannot be resolved leaves the
 file untouched). ``images verify STACK`` lists placeholder and missing digests and images that render
 without a digest (``--render-charts``: in helm's output of every chart too): exit 1 on a stack that
-protects data, warnings only elsewhere.
+protects data, warnings only elsewhere; with ``--in-mirror`` it also runs the program's mirror check
+(``in_mirror.py``: every image the stack pulls asked of its registry), exit 1 with the program's message.
+Every command that asks a registry reaches its hosts through ``endpoints.registry_client``
+(``TRAINYARD_REGISTRY_ENDPOINTS``, then ``--endpoint``).
 
 Importing this module registers the subcommands with ``trainyard.cli``.
 """
@@ -307,7 +310,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     gap.add_argument("--expect-manifest", metavar="SHA256",
                      help="with --import: refuse unless the archive's manifest has this sha256 (printed by --export)")
     gap.add_argument("--endpoint", action="append", default=[], metavar="HOST=URL",
-                     help="reach registry HOST at URL (e.g. registry.example.com=http://127.0.0.1:5000); repeatable")
+                     help="reach registry HOST at URL (e.g. registry.example.com=http://127.0.0.1:5000), over "
+                          f"{ENDPOINTS_ENV}; repeatable")
     gap.add_argument("--insecure", action="store_true", help="allow plain http endpoints and unverified TLS")
     bom.set_defaults(func=_cmd_bom)
 
@@ -320,7 +324,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                                           f"${'{'}TRAINYARD_REGISTRY_PASSWORD{'}'}.")
     lock.add_argument("stack", metavar="STACK", help=STACK_HELP)
     lock.add_argument("--endpoint", action="append", default=[], metavar="HOST=URL",
-                      help="ask URL for registry HOST (e.g. registry.example.com=http://127.0.0.1:5000); repeatable")
+                      help="ask URL for registry HOST (e.g. registry.example.com=http://127.0.0.1:5000), over "
+                           f"{ENDPOINTS_ENV}; repeatable")
     lock.add_argument("--insecure", action="store_true", help="allow plain http endpoints and unverified TLS")
     lock.add_argument("--lock", metavar="FILE", help="lock file to write (default: the stack's images.lock_file)")
     lock.set_defaults(func=_cmd_images_lock)
