@@ -56,7 +56,7 @@ def locked_prod(registry: Registry, tmp_path_factory: pytest.TempPathFactory) ->
         registry.push(ref, base)
     print(f"\npushed {len(refs)} images in {time.monotonic() - start:.1f} s")
     endpoint = ["--endpoint", f"{MIRROR_HOST}=http://{registry.address}", "--insecure"]
-    assert main(["images", "lock", str(stack_file), *endpoint]) == 0
+    assert main(["images", "lock", str(stack_file), *endpoint]) == 0, "images lock failed"
     return stack_file
 
 
@@ -64,8 +64,9 @@ def verify(stack_file: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     start = time.monotonic()
     code = main(["images", "verify", str(stack_file), "--in-mirror"])
     out = capsys.readouterr()
-    print(f"\n$ trainyard images verify {stack_file.name} --in-mirror  (exit {code}, {time.monotonic() - start:.2f} s "
-          f"with the render)\n{out.err}{out.out}")
+    with capsys.disabled():  # shown as it happens, not mixed into the next capture
+        print(f"\n$ trainyard images verify {stack_file.name} --in-mirror  (exit {code}, "
+              f"{time.monotonic() - start:.2f} s with the render)\n{out.err}{out.out}")
     return code, out.out, out.err
 
 
