@@ -6,7 +6,10 @@ writes a file, or for ``--format sync`` a directory with one YAML per destinatio
 stack uses and rewrites the lock (all or nothing: one image that cannot be resolved leaves the
 file untouched). ``images verify STACK`` lists placeholder and missing digests and images that render
 without a digest (``--render-charts``: in helm's output of every chart too): exit 1 on a stack that
-protects data, warnings only elsewhere.
+protects data, warnings only elsewhere; with ``--in-mirror`` it also runs the program's mirror check
+(``in_mirror.py``: every image the stack pulls asked of its registry), exit 1 with the program's message.
+Every command that asks a registry reaches its hosts through ``endpoints.registry_client``
+(``TRAINYARD_REGISTRY_ENDPOINTS``, then ``--endpoint``).
 
 Importing this module registers the subcommands with ``trainyard.cli``.
 """
@@ -29,10 +32,12 @@ from trainyard.manifests.runtimes import containers_of
 from trainyard.project import Stack, open_stack
 from trainyard.supply.bom import build_bom, lock_references, sync_commands, sync_groups, to_json, to_markdown, to_sync_text
 from trainyard.supply.chart_images import ChartRenderer
+from trainyard.supply.endpoints import ENDPOINTS_ENV, EndpointError, registry_client
 from trainyard.supply.gate import unlocked_images
+from trainyard.supply.in_mirror import MirrorReport, mirror_report
 from trainyard.supply.lock import ImageLock, LockEntry, LockFileError, placeholder_digest
 from trainyard.supply.reference import ImageRef, ReferenceError
-from trainyard.supply.registry import Credentials, RegistryClient, RegistryError, RegistryUnreachable
+from trainyard.supply.registry import RegistryClient, RegistryError, RegistryUnreachable
 
 STACK_HELP = "stack name (prod = stacks/Pulumi.prod.yaml) or path"
 
@@ -97,8 +102,8 @@ def _cmd_bom_airgap(args: argparse.Namespace) -> int:
         raise UsageError(f"--from {args.source_prefix!r}: expected a registry prefix ending in '/' "
                          "(e.g. mirror.example.com/upstream/)")
     stack = open_stack(args.stack)
-    endpoints = _endpoints(args.endpoint)
-    client = RegistryClient(endpoints, Credentials.from_environment(), insecure=args.insecure)
+    client = _client(args.endpoint, args.insecure)
+    endpoints = dict(client.endpoints)
     try:
         if args.export:
             if args.crds_dir or args.expect_manifest:
@@ -124,7 +129,7 @@ def _cmd_bom_airgap(args: argparse.Namespace) -> int:
             if stack.config.charts.plain_http and mirror_host and mirror_host not in endpoints:
                 # The stack itself says its (loopback) chart mirror speaks plain HTTP.
                 charts_client = RegistryClient({**endpoints, mirror_host: f"http://{mirror_host}"},
-                                               client.credentials, insecure=True)
+                                               client.credentials, insecure=True, plain_http=client.plain_http)
             print(f"importing {archive.path} ({archive.manifest.get('stack')}, exported "
                   f"{archive.manifest.get('created')}; manifest sha256 {fmt.manifest_sha256(archive)})", file=sys.stderr)
             result = airgap.import_archive(archive, stack, client, charts_client,
@@ -172,14 +177,12 @@ def seeded_lock(stack: Stack, lock: ImageLock) -> ImageLock:
     return seeded
 
 
-def _endpoints(values: list[str]) -> dict[str, str]:
-    out = {}
-    for value in values:
-        host, sep, url = value.partition("=")
-        if not sep or not host or not url.startswith(("http://", "https://")):
-            raise UsageError(f"--endpoint {value!r}: expected HOST=http(s)://ADDRESS[:PORT]")
-        out[host] = url
-    return out
+def _client(endpoints: list[str], insecure: bool) -> RegistryClient:
+    """The registry client of a command: TRAINYARD_REGISTRY_ENDPOINTS, then its --endpoint flags (endpoints.py)."""
+    try:
+        return registry_client(endpoints, insecure)
+    except EndpointError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _cmd_images_lock(args: argparse.Namespace) -> int:
@@ -196,7 +199,7 @@ def _cmd_images_lock(args: argparse.Namespace) -> int:
     path = lock.path or stack.root / config.images.lock_file
     rendered = render_platform(config, stack.root, stack.path.parent, lock=seeded_lock(stack, lock))
     bom = build_bom(stack, rendered)
-    client = RegistryClient(_endpoints(args.endpoint), Credentials.from_environment(), insecure=args.insecure)
+    client = _client(args.endpoint, args.insecure)
     upstream = {image.reference: image.upstream for image in bom.images}
     updated, errors, changed = lock, [], 0
     unreachable: dict[str, tuple[str, int]] = {}  # registry host -> (reason, images not resolved)
@@ -240,26 +243,50 @@ def _cmd_images_lock(args: argparse.Namespace) -> int:
 
 def _cmd_images_verify(args: argparse.Namespace) -> int:
     stack = open_stack(args.stack)
+    if (args.endpoint or args.insecure) and not args.in_mirror:
+        raise UsageError("--endpoint and --insecure belong to --in-mirror (the lock checks ask no registry)")
+    client = _client(args.endpoint, args.insecure) if args.in_mirror else None
     rendered = stack.render()
     with _chart_renderer(stack, rendered, args.render_charts) as renderer:
         found = unlocked_images(stack, renderer, rendered)
+        # The program's mirror check (images.verify_in_mirror), the same images and the same message.
+        mirror = mirror_report(stack, client, rendered, renderer) if client is not None else None
     errors = sum(p.error for p in found)
+    failed = bool(errors) or (mirror is not None and not mirror.ok)
+    code = EXIT_VIOLATIONS if failed else EXIT_OK
     if args.format == "json":
-        print(json.dumps({"schema": "trainyard.images-verify/v1", "stack": stack.name, "ok": not errors,
-                          "exit_code": EXIT_VIOLATIONS if errors else EXIT_OK,
-                          "protect_data": stack.config.lifecycle.protect_data, "errors": errors,
-                          "warnings": len(found) - errors,
-                          "problems": [{"reference": p.reference, "status": p.status,
-                                        "severity": "error" if p.error else "warning", "message": p.message,
-                                        "where": p.where or None}
-                                       for p in found]}, indent=2, sort_keys=True))
-        return EXIT_VIOLATIONS if errors else EXIT_OK
+        doc = {"schema": "trainyard.images-verify/v1", "stack": stack.name, "ok": not failed, "exit_code": code,
+               "protect_data": stack.config.lifecycle.protect_data, "errors": errors,
+               "warnings": len(found) - errors,
+               "problems": [{"reference": p.reference, "status": p.status,
+                             "severity": "error" if p.error else "warning", "message": p.message,
+                             "where": p.where or None}
+                            for p in found]}
+        if mirror is not None:
+            doc["in_mirror"] = _mirror_json(mirror)
+        print(json.dumps(doc, indent=2, sort_keys=True))
+        return code
     for problem in found:
         print(f"{'error' if problem.error else 'warning'}: {problem.message}", file=sys.stderr)
     print(f"{stack.name}: {errors} errors, {len(found) - errors} warnings"
           + (" (stack protects data: placeholder and missing digests and images without one are refused)"
              if stack.config.lifecycle.protect_data else " (stack does not protect data: placeholders only warn)"))
-    return EXIT_VIOLATIONS if errors else EXIT_OK
+    if mirror is not None:
+        if not mirror.ok:
+            print(f"error: {mirror.message}", file=sys.stderr)
+        print(f"in the mirror: {mirror.summary()}")
+    return code
+
+
+def _mirror_json(report: MirrorReport) -> dict[str, object]:
+    return {"ok": report.ok, "images": len(report.images), "registries": report.registries,
+            "seconds": round(report.seconds, 3), "message": None if report.ok else report.message,
+            "missing": [{"reference": str(m.image.ref), "url": m.url, "where": list(m.image.where),
+                         "tag_digest": m.tag_digest, "sync": list(m.image.sync) if m.image.sync else None}
+                        for m in report.missing],
+            "unchecked": [{"host": h.host, "endpoint": h.endpoint, "reason": h.reason, "images": h.images,
+                           "unreachable": h.unreachable} for h in report.unchecked],
+            "errors": report.errors}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -283,7 +310,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     gap.add_argument("--expect-manifest", metavar="SHA256",
                      help="with --import: refuse unless the archive's manifest has this sha256 (printed by --export)")
     gap.add_argument("--endpoint", action="append", default=[], metavar="HOST=URL",
-                     help="reach registry HOST at URL (e.g. registry.example.com=http://127.0.0.1:5000); repeatable")
+                     help="reach registry HOST at URL (e.g. registry.example.com=http://127.0.0.1:5000), over "
+                          f"{ENDPOINTS_ENV}; repeatable")
     gap.add_argument("--insecure", action="store_true", help="allow plain http endpoints and unverified TLS")
     bom.set_defaults(func=_cmd_bom)
 
@@ -296,7 +324,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                                           f"${'{'}TRAINYARD_REGISTRY_PASSWORD{'}'}.")
     lock.add_argument("stack", metavar="STACK", help=STACK_HELP)
     lock.add_argument("--endpoint", action="append", default=[], metavar="HOST=URL",
-                      help="ask URL for registry HOST (e.g. registry.example.com=http://127.0.0.1:5000); repeatable")
+                      help="ask URL for registry HOST (e.g. registry.example.com=http://127.0.0.1:5000), over "
+                           f"{ENDPOINTS_ENV}; repeatable")
     lock.add_argument("--insecure", action="store_true", help="allow plain http endpoints and unverified TLS")
     lock.add_argument("--lock", metavar="FILE", help="lock file to write (default: the stack's images.lock_file)")
     lock.set_defaults(func=_cmd_images_lock)
@@ -307,6 +336,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="also scan `helm template` of every chart with the stack's values (needs helm)")
     verify.add_argument("--format", choices=("text", "json"), default="text",
                         help="text (default) or json (trainyard.images-verify/v1); the exit code is the same")
+    verify.add_argument("--in-mirror", action="store_true",
+                        help="also ask each registry for every image the stack pulls, by the lock's digest (the "
+                             "program's images.verify_in_mirror check): exit 1 naming each missing image and its "
+                             "sync line")
+    verify.add_argument("--endpoint", action="append", default=[], metavar="HOST=URL",
+                        help=f"with --in-mirror: ask URL for registry HOST (over {ENDPOINTS_ENV}); repeatable")
+    verify.add_argument("--insecure", action="store_true",
+                        help="with --in-mirror: allow plain http endpoints and unverified TLS")
     verify.set_defaults(func=_cmd_images_verify)
 
 
