@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Callable, Iterable
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -304,14 +305,28 @@ def sync_groups(bom: Bom) -> list[SyncGroup]:
     return out
 
 
-def sync_commands(groups: list[SyncGroup]) -> str:
-    return "".join(f"skopeo sync --all --preserve-digests --src yaml --dest docker {g.file} {g.destination}\n"
-                   for g in groups)
+def sync_commands(groups: list[SyncGroup], endpoints: Mapping[str, str] | None = None) -> str:
+    """One ``skopeo sync`` line per group. A destination whose registry host is in ``endpoints`` (``--endpoint
+    HOST=URL``, as for ``images lock``) is written to that address instead, e.g. ``trainyard.local/mirror/kueue`` ->
+    ``127.0.0.1:25000/mirror/kueue`` for the rehearsal's loopback registry; a plain-http endpoint gets
+    ``--dest-tls-verify=false`` (skopeo's switch for http and unverified TLS). Ref: containers/skopeo
+    docs/skopeo-sync.1.md (``--dest-tls-verify``)."""
+    lines = []
+    for group in groups:
+        host, _, path = group.destination.partition("/")
+        url = (endpoints or {}).get(host)
+        target, flags = group.destination, ""
+        if url:
+            split = urllib.parse.urlsplit(url)
+            target = "/".join(part for part in (split.netloc + split.path.rstrip("/"), path) if part)
+            flags = " --dest-tls-verify=false" if split.scheme == "http" else ""
+        lines.append(f"skopeo sync --all --preserve-digests{flags} --src yaml --dest docker {group.file} {target}\n")
+    return "".join(lines)
 
 
-def to_sync_text(bom: Bom) -> str:
+def to_sync_text(bom: Bom, endpoints: Mapping[str, str] | None = None) -> str:
     """The sync list as one text: each YAML file after a ``# file:`` line, then the commands."""
     groups = sync_groups(bom)
     parts = [f"# file: {g.file} (destination {g.destination})\n" + yaml.safe_dump(g.source, sort_keys=False)
              for g in groups]
-    return "\n".join(parts) + "\n# commands\n" + sync_commands(groups)
+    return "\n".join(parts) + "\n# commands\n" + sync_commands(groups, endpoints)

@@ -22,16 +22,14 @@ from pathlib import Path
 
 import yaml
 
-from trainyard import yamlio
 from trainyard.cli import EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
-from trainyard.manifests import RenderedPlatform, image_lock, render_platform
-from trainyard.manifests.runtimes import containers_of
+from trainyard.manifests import RenderedPlatform
 from trainyard.project import Stack, open_stack
-from trainyard.supply.bom import build_bom, lock_references, sync_commands, sync_groups, to_json, to_markdown, to_sync_text
+from trainyard.supply.bom import build_bom, sync_commands, sync_groups, to_json, to_markdown, to_sync_text
 from trainyard.supply.chart_images import ChartRenderer
 from trainyard.supply.gate import unlocked_images
-from trainyard.supply.lock import ImageLock, LockEntry, LockFileError, placeholder_digest
-from trainyard.supply.reference import ImageRef, ReferenceError
+from trainyard.supply.lock import LockFileError
+from trainyard.supply.lock_refresh import refresh
 from trainyard.supply.registry import Credentials, RegistryClient, RegistryError, RegistryUnreachable
 
 STACK_HELP = "stack name (prod = stacks/Pulumi.prod.yaml) or path"
@@ -62,17 +60,23 @@ def _cmd_bom(args: argparse.Namespace) -> int:
     rendered = stack.render()
     with _chart_renderer(stack, rendered, args.render_charts) as renderer:
         bom = build_bom(stack, rendered, renderer=renderer)
+    endpoints = _endpoints(args.endpoint)
+    if args.format != "sync" and endpoints:
+        raise UsageError("--endpoint: only --format sync (the destinations) and --export/--import reach a registry")
+    if any(url.startswith("http://") for url in endpoints.values()) and not args.insecure:
+        raise UsageError("--endpoint: a plain http endpoint needs --insecure (the sync commands then pass "
+                         "--dest-tls-verify=false to skopeo)")
     if args.format == "sync" and args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         groups = sync_groups(bom)
         for group in groups:
             (out / group.file).write_text(yaml.safe_dump(group.source, sort_keys=False), encoding="utf-8")
-        (out / "sync.sh").write_text("#!/bin/sh\nset -e\ncd \"$(dirname \"$0\")\"\n" + sync_commands(groups),
+        (out / "sync.sh").write_text("#!/bin/sh\nset -e\ncd \"$(dirname \"$0\")\"\n" + sync_commands(groups, endpoints),
                                      encoding="utf-8")
         print(f"wrote {len(groups)} skopeo sync files and sync.sh to {out}")
         return EXIT_OK
-    text = {"markdown": to_markdown, "json": to_json, "sync": to_sync_text}[args.format](bom)
+    text = to_sync_text(bom, endpoints) if args.format == "sync" else {"markdown": to_markdown, "json": to_json}[args.format](bom)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
     else:
@@ -153,25 +157,6 @@ def _cmd_bom_airgap(args: argparse.Namespace) -> int:
         return EXIT_VIOLATIONS
 
 
-def seeded_lock(stack: Stack, lock: ImageLock) -> ImageLock:
-    """``lock`` plus a placeholder for every runtime image it lacks, so a new image can be rendered, then locked."""
-    directory = stack.root / stack.config.runtimes.directory
-    seeded = lock
-    for name in stack.config.runtimes.approved:
-        try:
-            doc = yamlio.safe_load((directory / f"{name}.yaml").read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
-            continue  # the render reports the broken file
-        for _, container in containers_of(doc) if isinstance(doc, dict) else []:
-            try:
-                ref = ImageRef.parse(str(container.get("image", "")))
-            except ReferenceError:
-                continue
-            if ref.digest is None and seeded.entry(ref) is None:
-                seeded = seeded.with_entry(ref, LockEntry(placeholder_digest(str(ref)), "placeholder"))
-    return seeded
-
-
 def _endpoints(values: list[str]) -> dict[str, str]:
     out = {}
     for value in values:
@@ -184,57 +169,38 @@ def _endpoints(values: list[str]) -> dict[str, str]:
 
 def _cmd_images_lock(args: argparse.Namespace) -> int:
     stack = open_stack(args.stack)
-    lock_path = Path(args.lock) if args.lock else None
-    config = stack.config
-    if lock_path is not None:
-        config = config.model_copy(update={"images": config.images.model_copy(update={"lock_file": str(lock_path.resolve())})})
+    if args.lock:
+        images = stack.config.images.model_copy(update={"lock_file": str(Path(args.lock).resolve())})
+        config = stack.config.model_copy(update={"images": images})
         stack = Stack(stack.name, stack.path, stack.root, config)
+    client = RegistryClient(_endpoints(args.endpoint), Credentials.from_environment(), insecure=args.insecure)
     try:
-        lock = image_lock(config, stack.root)
+        result = refresh(stack, client, only=tuple(args.only_registry))
     except LockFileError as exc:
         raise UsageError(str(exc)) from None
-    path = lock.path or stack.root / config.images.lock_file
-    rendered = render_platform(config, stack.root, stack.path.parent, lock=seeded_lock(stack, lock))
-    bom = build_bom(stack, rendered)
-    client = RegistryClient(_endpoints(args.endpoint), Credentials.from_environment(), insecure=args.insecure)
-    upstream = {image.reference: image.upstream for image in bom.images}
-    updated, errors, changed = lock, [], 0
-    unreachable: dict[str, tuple[str, int]] = {}  # registry host -> (reason, images not resolved)
-    references = lock_references(bom)
-    for ref in references:
-        if ref.registry in unreachable:  # one unanswered host is enough: do not ask it again per image
-            reason, count = unreachable[ref.registry]
-            unreachable[ref.registry] = (reason, count + 1)
-            continue
-        try:
-            digest = client.digest(ref)
-        except RegistryUnreachable as exc:
-            unreachable[ref.registry] = (exc.reason, 1)
-            continue
-        except RegistryError as exc:
-            errors.append(str(exc))
-            continue
-        old = lock.entry(ref)
-        entry = LockEntry(digest, "registry", upstream.get(ref.tagged) or (old.upstream if old else None))
-        if old != entry:
-            changed += 1
-            print(f"{ref.tagged}: {old.digest if old else '(none)'} ({old.source if old else 'missing'}) -> {digest}")
-        updated = updated.with_entry(ref, entry)
-    if unreachable or errors:
-        print(f"error: {path}: not changed; {sum(n for _, n in unreachable.values()) + len(errors)} of "
-              f"{len(references)} images could not be resolved", file=sys.stderr)
-        for host, (reason, count) in sorted(unreachable.items()):
+    if args.only_registry and not result.asked:
+        raise UsageError(f"--only-registry {', '.join(args.only_registry)}: no image of {stack.name} is under "
+                         f"{'that host' if len(args.only_registry) == 1 else 'those hosts'} (its images are under "
+                         f"{', '.join(sorted({ref.registry for ref in result.kept}))})")
+    for ref, old, entry in result.changes:
+        print(f"{ref.tagged}: {old.digest if old else '(none)'} ({old.source if old else 'missing'}) -> {entry.digest}")
+    if not result.ok:
+        print(f"error: {result.path}: not changed; {result.unresolved} of {len(result.asked)} images could not be "
+              "resolved", file=sys.stderr)
+        for host, (reason, count) in sorted(result.unreachable.items()):
             print(f"  registry {host} cannot be reached ({reason}): {count} images not resolved", file=sys.stderr)
-        for error in errors:
+        for error in result.errors:
             print(f"  {error}", file=sys.stderr)
-        if unreachable:
-            hosts = sorted(unreachable)
+        if result.unreachable:
+            hosts = sorted(result.unreachable)
             print(f"hint: ask a reachable copy of the mirror: trainyard images lock {args.stack} --endpoint "
                   f"{hosts[0]}=https://HOST:PORT (--insecure for plain http); fill the mirror first with "
                   f"trainyard bom {args.stack} --format sync --out DIR (then run DIR/sync.sh)", file=sys.stderr)
         return EXIT_VIOLATIONS
-    path.write_text(updated.dump(), encoding="utf-8")
-    print(f"{path}: {len(lock_references(bom))} images of {stack.name} locked from the registry ({changed} changed)")
+    result.path.write_text(result.lock.dump(), encoding="utf-8")
+    kept = f"; {len(result.kept)} images outside {', '.join(args.only_registry)} kept as they were" if result.kept else ""
+    print(f"{result.path}: {len(result.asked)} images of {stack.name} locked from the registry "
+          f"({len(result.changes)} changed){kept}")
     return EXIT_OK
 
 
@@ -283,7 +249,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     gap.add_argument("--expect-manifest", metavar="SHA256",
                      help="with --import: refuse unless the archive's manifest has this sha256 (printed by --export)")
     gap.add_argument("--endpoint", action="append", default=[], metavar="HOST=URL",
-                     help="reach registry HOST at URL (e.g. registry.example.com=http://127.0.0.1:5000); repeatable")
+                     help="reach registry HOST at URL (e.g. registry.example.com=http://127.0.0.1:5000); repeatable; "
+                          "with --format sync: the sync commands write to URL")
     gap.add_argument("--insecure", action="store_true", help="allow plain http endpoints and unverified TLS")
     bom.set_defaults(func=_cmd_bom)
 
@@ -299,6 +266,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                       help="ask URL for registry HOST (e.g. registry.example.com=http://127.0.0.1:5000); repeatable")
     lock.add_argument("--insecure", action="store_true", help="allow plain http endpoints and unverified TLS")
     lock.add_argument("--lock", metavar="FILE", help="lock file to write (default: the stack's images.lock_file)")
+    lock.add_argument("--only-registry", action="append", default=[], metavar="HOST",
+                      help="ask only for the images under registry HOST (e.g. the mirror host the rehearsal's image "
+                           "factory filled); the other entries are kept as they are; repeatable")
     lock.set_defaults(func=_cmd_images_lock)
     verify = actions.add_parser("verify", help="list placeholder and missing digests and images rendered without one "
                                                "(exit 1 where the stack protects data)")
