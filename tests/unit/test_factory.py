@@ -46,14 +46,18 @@ def _md5(data: bytes) -> str:
     return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
+ZONE = b"TZif2 Europe/Paris, as zic wrote it\n"
+
+
 @pytest.fixture
 def debian(tmp_path: Path) -> Path:
-    """A tree with the two Debian packages the base layer reads: dpkg's status, md5sums, and the files."""
+    """A tree with the Debian packages the base layer reads: dpkg's status, .list and md5sums files, and the files."""
     root = tmp_path / "debian"
     files = {"ca-certificates": {f"usr/share/ca-certificates/{name}": data for name, data in CERTS.items()}
              | {"usr/share/doc/ca-certificates/copyright": b"MPL-2.0\n"},
-             "libc-bin": {"usr/share/libc-bin/nsswitch.conf": NSSWITCH}}
-    versions = {"ca-certificates": "20250419~deb12u2", "libc-bin": "2.36-9+deb12u14"}
+             "libc-bin": {"usr/share/libc-bin/nsswitch.conf": NSSWITCH},
+             "tzdata": {"usr/share/zoneinfo/Europe/Paris": ZONE, "usr/share/doc/tzdata/copyright": b"public domain\n"}}
+    versions = {"ca-certificates": "20250419~deb12u2", "libc-bin": "2.36-9+deb12u14", "tzdata": "2026f-0+deb12u1"}
     info = root / "var/lib/dpkg/info"
     info.mkdir(parents=True)
     for package, owned in files.items():
@@ -61,6 +65,12 @@ def debian(tmp_path: Path) -> Path:
             (root / path).parent.mkdir(parents=True, exist_ok=True)
             (root / path).write_bytes(data)
         (info / f"{package}.md5sums").write_text("".join(f"{_md5(d)}  {p}\n" for p, d in owned.items()))
+        listed = {"/.", *(f"/{p}" for p in owned), *(f"/{parent}" for p in owned for parent in map(str, Path(p).parents)
+                                                     if parent != ".")}
+        if package == "tzdata":
+            (root / "usr/share/zoneinfo/CET").symlink_to("Europe/Paris")
+            listed.add("/usr/share/zoneinfo/CET")
+        (info / f"{package}.list").write_text("".join(f"{p}\n" for p in sorted(listed)))
     (root / "var/lib/dpkg/status").write_text("\n".join(
         f"Package: {p}\nStatus: install ok installed\nVersion: {v}\n" for p, v in [("bash", "5.2"), *versions.items()]))
     return root
@@ -155,6 +165,10 @@ def test_the_base_layer_is_distroless_nonroot_made_from_the_debian_packages(tmp_
     # Every certificate of the package, sorted by path and concatenated (rules_distroless cacerts.sh).
     assert text("etc/ssl/certs/ca-certificates.crt") == CERTS["mozilla/A_Root.crt"] + CERTS["mozilla/B_Root.crt"]
     assert text("usr/share/doc/ca-certificates/copyright") == b"MPL-2.0\n"
+    # tzdata as installed: the zone files (checked against dpkg's md5sums), their links and directories.
+    assert text("usr/share/zoneinfo/Europe/Paris") == ZONE and members["usr/share/zoneinfo/Europe"].isdir()
+    assert members["usr/share/zoneinfo/CET"].issym() and members["usr/share/zoneinfo/CET"].linkname == "Europe/Paris"
+    assert text("usr/share/doc/tzdata/copyright") == b"public domain\n"
     assert {m.mtime for m in members.values()} == {0}
     assert "ca-certificates 20250419~deb12u2" in _image(kueue)[0]["history"][0]["created_by"]
 
@@ -220,6 +234,10 @@ def test_a_package_file_changed_since_dpkg_installed_it_is_refused(tmp_path: Pat
     with pytest.raises(ImageError, match=r"/usr/share/ca-certificates/mozilla/A_Root.crt differs from what the Debian "
                                          r"package ca-certificates 20250419~deb12u2 installed.*--reinstall ca-certificates"):
         factory.build_controller_images(config, _tools(tmp_path / "tools", config), tmp_path / "cache", root=debian)
+    (debian / "usr/share/ca-certificates/mozilla/A_Root.crt").write_bytes(CERTS["mozilla/A_Root.crt"])
+    (debian / "usr/share/zoneinfo/CET").unlink()
+    with pytest.raises(ImageError, match=r"/usr/share/zoneinfo/CET of the Debian package tzdata .* is missing"):
+        factory.build_controller_images(config, _tools(tmp_path / "tools", config), tmp_path / "cache", root=debian)
     (debian / "var/lib/dpkg/info/libc-bin.md5sums").unlink()
     with pytest.raises(ImageError, match=r"the Debian package libc-bin is not installed.*apt-get install libc-bin"):
         factory.build_controller_images(config, _tools(tmp_path / "tools", config), tmp_path / "cache", root=debian)
@@ -281,3 +299,14 @@ def test_lock_only_for_a_registry_the_stack_does_not_use_says_which_it_uses(tmp_
     assert "--only-registry registry.example.com: no image of rehearsal is under that host" in err
     assert "registry.trainyard.internal, trainyard.local" in err
     assert not (tmp_path / "lock.yaml").exists()
+
+
+def test_images_build_refuses_a_stack_without_a_mirror_and_a_registry_off_loopback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["images", "build", "local"]) == 2
+    assert "error: the stack has no images.registry_mirror" in capsys.readouterr().err
+    stack_file = str(_rehearsal_stack(tmp_path))
+    assert main(["images", "build", stack_file, "--push", "registry.example.com:5000"]) == 2
+    assert "to a loopback registry only" in capsys.readouterr().err
+    assert main(["images", "build", stack_file, "--lock"]) == 2
+    assert "--lock needs --push" in capsys.readouterr().err

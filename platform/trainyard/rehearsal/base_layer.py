@@ -21,10 +21,15 @@ comes from a package:
   ``distroless/private/cacerts.sh`` does. Go's ``crypto/x509`` system roots (``SSL_CERT_FILE`` points there): a
   MultiKueue worker cluster or a webhook endpoint with a publicly signed certificate.
 
-Left out, and why: ``tzdata`` (none of the three managers loads a time zone: no ``time.LoadLocation`` in their
-sources; without ``/etc/localtime`` Go's local time is UTC, as in distroless, which has no ``/etc/localtime`` either),
-``netbase`` (``/etc/services``, ``/etc/protocols``: the managers name ports by number), ``media-types``,
-``base-files`` (``/etc/os-release`` would claim a Debian the image is not).
+- ``/usr/share/zoneinfo`` and the package's ``copyright``: Debian ``tzdata``, as it installed them (files, links,
+  directories). Go's ``time.LoadLocation`` reads zones there, and the managers link code that loads a zone by name:
+  CEL's timestamp functions (cel-go@v0.27.0:common/types/timestamp.go:288; Kubernetes' CEL libraries in Kueue and
+  JobSet, e.g. DRA device selectors) and cron schedules with ``CRON_TZ=`` (robfig/cron/v3@v3.0.1:parser.go:99,
+  linked into Kueue). Without ``/etc/localtime`` Go's local time is UTC, as in distroless.
+
+Left out, and why: ``netbase`` (``/etc/services``, ``/etc/protocols``: the managers name ports by number),
+``media-types`` (``/etc/mime.types``: no manager serves files by type), ``base-files`` (``/etc/os-release`` would
+claim a Debian the image is not).
 
 Every file taken from a package is checked against dpkg's own record of it (``/var/lib/dpkg/info/<pkg>.md5sums``):
 a file changed locally is refused, not shipped. The packages' versions go into the layer's history, so an image
@@ -34,6 +39,7 @@ says what it was made from. The same packages give the same bytes, hence the sam
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,10 +54,12 @@ PASSWD = ("root:x:0:0:root:/root:/sbin/nologin\n"
           f"nobody:x:{NOBODY}:{NOBODY}:nobody:/nonexistent:/sbin/nologin\n"
           f"nonroot:x:{NONROOT}:{NONROOT}:nonroot:/home/nonroot:/sbin/nologin\n")
 GROUP = f"root:x:0:\nnobody:x:{NOBODY}:\ntty:x:5:\nstaff:x:50:\nnonroot:x:{NONROOT}:\n"
-CA_CERTIFICATES, LIBC_BIN = "ca-certificates", "libc-bin"
+CA_CERTIFICATES, LIBC_BIN, TZDATA = "ca-certificates", "libc-bin", "tzdata"
 CERTS_DIR = "usr/share/ca-certificates/"
 NSSWITCH = "usr/share/libc-bin/nsswitch.conf"
 CA_COPYRIGHT = "usr/share/doc/ca-certificates/copyright"
+ZONEINFO = "usr/share/zoneinfo"
+TZ_COPYRIGHT = "usr/share/doc/tzdata/copyright"
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,7 @@ class DebianPackage:
     name: str
     version: str
     md5sums: dict[str, str]
+    paths: tuple[str, ...] = ()  # every path the package installed (dpkg's .list), without the leading /
 
     def read(self, path: str, root: Path) -> bytes:
         """The bytes of one of the package's files, refused unless they are the ones dpkg installed."""
@@ -76,6 +85,26 @@ class DebianPackage:
                              f"(dpkg's md5sums): refused (apt-get install --reinstall {self.name})")
         return data
 
+    def tree(self, prefix: str, root: Path) -> list[Entry]:
+        """Every path of the package under ``prefix`` as it is installed: directories, links, and files (checked)."""
+        entries = []
+        for path in self.paths:
+            if path != prefix and not path.startswith(prefix + "/"):
+                continue
+            where = root / path
+            if path in self.md5sums:
+                entries.append(Entry(path, self.read(path, root), mode=0o644))
+            elif where.is_symlink():
+                entries.append(Entry(path, link=os.readlink(where), mode=0o777))
+            elif where.is_dir():
+                entries.append(Entry(path, mode=0o755))
+            else:
+                raise ImageError(f"/{path} of the Debian package {self.name} {self.version} is missing "
+                                 f"(apt-get install --reinstall {self.name})")
+        if not entries:
+            raise ImageError(f"the Debian package {self.name} {self.version} installed nothing under /{prefix}")
+        return entries
+
 
 def installed_package(name: str, root: Path = Path("/")) -> DebianPackage:
     """``name`` as dpkg knows it on this machine (``root`` is ``/``; tests point it at a fake tree)."""
@@ -90,7 +119,9 @@ def installed_package(name: str, root: Path = Path("/")) -> DebianPackage:
         digest, _, path = line.partition("  ")
         if digest and path:
             md5sums[path] = digest
-    return DebianPackage(name, version, md5sums)
+    listed = md5sums_file.with_suffix(".list")
+    paths = listed.read_text(encoding="utf-8").splitlines() if listed.is_file() else []
+    return DebianPackage(name, version, md5sums, tuple(p.lstrip("/") for p in paths if p.strip("/.")))
 
 
 def _status_version(status: Path, name: str) -> str | None:
@@ -125,6 +156,7 @@ def _file(path: str, data: bytes) -> Entry:
 def base_layer(root: Path = Path("/")) -> Layer:
     """The base layer, from the Debian packages installed under ``root``."""
     certificates, libc = installed_package(CA_CERTIFICATES, root), installed_package(LIBC_BIN, root)
+    tzdata = installed_package(TZDATA, root)
     entries = (
         _directory("etc"), _file("etc/passwd", PASSWD.encode()), _file("etc/group", GROUP.encode()),
         _file("etc/nsswitch.conf", libc.read(NSSWITCH, root)),
@@ -135,7 +167,10 @@ def base_layer(root: Path = Path("/")) -> Layer:
         _directory("usr"), _directory("usr/share"), _directory("usr/share/doc"),
         _directory("usr/share/doc/ca-certificates"),
         _file(CA_COPYRIGHT, certificates.read(CA_COPYRIGHT, root)),
+        *tzdata.tree(ZONEINFO, root),
+        _directory("usr/share/doc/tzdata"), _file(TZ_COPYRIGHT, tzdata.read(TZ_COPYRIGHT, root)),
     )
     return Layer(entries, f"trainyard base (distroless static:nonroot's files): passwd, group, /home/nonroot, /tmp; "
-                          f"Debian {libc.name} {libc.version} nsswitch.conf; {certificates.name} {certificates.version}")
+                          f"Debian {libc.name} {libc.version} nsswitch.conf; {certificates.name} {certificates.version}; "
+                          f"{tzdata.name} {tzdata.version}")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from trainyard.cli import EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
+from trainyard.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
 from trainyard.manifests import RenderedPlatform
 from trainyard.project import Stack, open_stack
 from trainyard.supply.bom import build_bom, sync_commands, sync_groups, to_json, to_markdown, to_sync_text
@@ -228,6 +228,47 @@ def _cmd_images_verify(args: argparse.Namespace) -> int:
     return EXIT_VIOLATIONS if errors else EXIT_OK
 
 
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def _cmd_images_build(args: argparse.Namespace) -> int:
+    """``images build STACK``: the rehearsal's image factory (``rehearsal/factory.py``), then push and lock."""
+    import time
+
+    from trainyard.rehearsal import factory
+    from trainyard.rehearsal.images import ImageError
+    from trainyard.rehearsal.settings import Settings
+
+    if args.lock and not args.push:
+        raise UsageError("--lock needs --push: the lock takes the digests the registry serves")
+    if args.push and args.push.rsplit(":", 1)[0] not in LOOPBACK_HOSTS:
+        raise UsageError(f"--push {args.push}: the factory pushes over plain http to a loopback registry only "
+                         "(127.0.0.1:PORT, e.g. the real nodes' registry)")
+    stack = open_stack(args.stack)
+    try:
+        started = time.monotonic()
+        built = factory.build_controller_images(stack.config, Settings.from_env().tools_dir,
+                                                Path(args.cache) if args.cache else None, args.component or factory.COMPONENTS)
+        for image in built:
+            print(f"{image.reference} ({'cached' if image.cached else 'built'}: {image.layout})")
+        print(f"built {len(built)} images in {time.monotonic() - started:.1f}s", file=sys.stderr)
+        if args.push:
+            started = time.monotonic()
+            factory.push_images(built, args.push)
+            print(f"pushed to {args.push} in {time.monotonic() - started:.1f}s", file=sys.stderr)
+            endpoints = " ".join(f"--endpoint {e}" for e in factory.endpoint_argument(built, args.push))
+            if args.lock:
+                result = factory.lock_pushed(stack, built, args.push)
+                print(f"{result.path}: {len(result.asked)} images locked from {args.push} ({len(result.changes)} changed)")
+            else:
+                hosts = " ".join(f"--only-registry {h}" for h in sorted({b.target.registry for b in built}))
+                print(f"next: trainyard images lock {args.stack} {hosts} {endpoints} --insecure")
+    except ImageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_OK
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     help_text = "bill of materials: every image (upstream, mirror, digest), chart and CRD file of a stack"
     bom = subparsers.add_parser("bom", help=help_text, description=help_text)
@@ -270,6 +311,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                       help="ask only for the images under registry HOST (e.g. the mirror host the rehearsal's image "
                            "factory filled); the other entries are kept as they are; repeatable")
     lock.set_defaults(func=_cmd_images_lock)
+    build = actions.add_parser(
+        "build", help="build Kueue's, JobSet's and Trainer's controller images here, named under the stack's mirror",
+        description="The rehearsal's image factory (docs/supply-chain.md, \"The image factory\"): the controller images "
+                    "from the binaries tools/build.sh built, laid out as upstream's Dockerfiles, cached by content; "
+                    "optionally pushed to a loopback registry and locked.")
+    build.add_argument("stack", metavar="STACK", help=STACK_HELP + " (with images.registry_mirror)")
+    build.add_argument("--component", action="append", choices=("kueue", "jobset", "trainer"),
+                       help="only this controller's image (repeatable; default all three)")
+    build.add_argument("--cache", metavar="DIR", help="layout cache (default $TRAINYARD_IMAGE_CACHE or "
+                                                      "$XDG_CACHE_HOME/trainyard/images)")
+    build.add_argument("--push", metavar="HOST:PORT", help="push to this plain-http loopback registry under the mirror names")
+    build.add_argument("--lock", action="store_true",
+                       help="with --push: fill the stack's lock for the mirror host from that registry")
+    build.set_defaults(func=_cmd_images_build)
     verify = actions.add_parser("verify", help="list placeholder and missing digests and images rendered without one "
                                                "(exit 1 where the stack protects data)")
     verify.add_argument("stack", metavar="STACK", help=STACK_HELP)
