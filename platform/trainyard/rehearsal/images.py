@@ -51,12 +51,22 @@ class ImageError(Exception):
 
 @dataclass(frozen=True)
 class Entry:
-    """One file of a layer: a regular file (``data``), a directory, or a symbolic link (``link``)."""
+    """One file of a layer: a regular file (``data``), a directory, or a symbolic link (``link``), owned by uid:gid."""
 
     path: str
     data: bytes | None = None
     mode: int = 0o755
     link: str | None = None
+    uid: int = 0
+    gid: int = 0
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of an image: its entries, and the line the config's history gives for it."""
+
+    entries: tuple[Entry, ...]
+    created_by: str
 
 
 @dataclass(frozen=True)
@@ -83,12 +93,12 @@ def _sha256(data: bytes) -> str:
 
 
 def layer_tar(entries: Sequence[Entry]) -> bytes:
-    """A reproducible tar: entries sorted by path, mtime 0, owner root, no user or group names."""
+    """A reproducible tar: entries sorted by path, mtime 0, each entry's numeric owner, no user or group names."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for entry in sorted(entries, key=lambda e: e.path):
             info = tarfile.TarInfo(entry.path)
-            info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode = 0, 0, 0, "", "", entry.mode
+            info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode = 0, entry.uid, entry.gid, "", "", entry.mode
             if entry.link is not None:
                 info.type, info.linkname = tarfile.SYMTYPE, entry.link
                 tar.addfile(info)
@@ -103,20 +113,26 @@ def layer_tar(entries: Sequence[Entry]) -> bytes:
 
 def write_layout(directory: Path, entries: Sequence[Entry], config: dict[str, object], history: str) -> str:
     """Write a one-layer image as an OCI layout in ``directory`` (replaced); return the manifest's digest."""
-    layer = layer_tar(entries)
+    return write_image(directory, [Layer(tuple(entries), history)], config)
+
+
+def write_image(directory: Path, layers: Sequence[Layer], config: dict[str, object]) -> str:
+    """Write an image of ``layers`` (bottom first) as an OCI layout in ``directory`` (replaced); return the manifest's
+    digest. One layer gives exactly the bytes ``write_layout`` always gave (the pause and busybox digests hold)."""
+    tars = [layer_tar(layer.entries) for layer in layers]
     image_config = _json({
         "architecture": "amd64", "os": "linux", "created": "1970-01-01T00:00:00Z", "config": config,
-        "rootfs": {"type": "layers", "diff_ids": [_sha256(layer)]},
-        "history": [{"created": "1970-01-01T00:00:00Z", "created_by": history}]})
+        "rootfs": {"type": "layers", "diff_ids": [_sha256(tar) for tar in tars]},
+        "history": [{"created": "1970-01-01T00:00:00Z", "created_by": layer.created_by} for layer in layers]})
     manifest = _json({
         "schemaVersion": 2, "mediaType": MANIFEST,
         "config": {"mediaType": CONFIG, "digest": _sha256(image_config), "size": len(image_config)},
-        "layers": [{"mediaType": LAYER, "digest": _sha256(layer), "size": len(layer)}]})
+        "layers": [{"mediaType": LAYER, "digest": _sha256(tar), "size": len(tar)} for tar in tars]})
     if directory.exists():
         shutil.rmtree(directory)
     blobs = directory / "blobs" / "sha256"
     blobs.mkdir(parents=True)
-    for blob in (layer, image_config, manifest):
+    for blob in (*tars, image_config, manifest):
         (blobs / _sha256(blob).removeprefix("sha256:")).write_bytes(blob)
     (directory / "oci-layout").write_bytes(_json({"imageLayoutVersion": "1.0.0"}))
     (directory / "index.json").write_bytes(_json({
@@ -147,8 +163,9 @@ def compile_pause(source_dir: Path, work: Path) -> tuple[bytes, str]:
 
 
 def is_static_elf(data: bytes) -> bool:
-    """True for an ELF executable without a program interpreter (PT_INTERP): it runs in an empty image."""
-    if data[:4] != b"\x7fELF" or data[4] != 2:  # 64-bit only (amd64)
+    """True for an x86-64 ELF executable without a program interpreter (PT_INTERP): it runs in an empty image."""
+    x86_64 = 62  # e_machine EM_X86_64: the images are amd64
+    if data[:4] != b"\x7fELF" or len(data) < 64 or data[4] != 2 or int.from_bytes(data[18:20], "little") != x86_64:
         return False
     phoff = int.from_bytes(data[32:40], "little")
     phentsize, phnum = int.from_bytes(data[54:56], "little"), int.from_bytes(data[56:58], "little")

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Callable, Iterable
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -312,12 +313,24 @@ def sync_groups(bom: Bom) -> list[SyncGroup]:
     return out
 
 
-def sync_command(group: SyncGroup) -> str:
-    return f"skopeo sync --all --preserve-digests --src yaml --dest docker {group.file} {group.destination}"
+def sync_command(group: SyncGroup, endpoints: Mapping[str, str] | None = None) -> str:
+    """The ``skopeo sync`` line of one group. A destination whose registry host is in ``endpoints`` (``--endpoint
+    HOST=URL``, as for ``images lock``) is written to that address instead, e.g. ``trainyard.local/mirror/kueue`` ->
+    ``127.0.0.1:25000/mirror/kueue`` for the rehearsal's loopback registry; a plain-http endpoint gets
+    ``--dest-tls-verify=false`` (skopeo's switch for http and unverified TLS). Ref: containers/skopeo
+    docs/skopeo-sync.1.md (``--dest-tls-verify``)."""
+    host, _, path = group.destination.partition("/")
+    url = (endpoints or {}).get(host)
+    target, flags = group.destination, ""
+    if url:
+        split = urllib.parse.urlsplit(url)
+        target = "/".join(part for part in (split.netloc + split.path.rstrip("/"), path) if part)
+        flags = " --dest-tls-verify=false" if split.scheme == "http" else ""
+    return f"skopeo sync --all --preserve-digests{flags} --src yaml --dest docker {group.file} {target}"
 
 
-def sync_commands(groups: list[SyncGroup]) -> str:
-    return "".join(f"{sync_command(g)}\n" for g in groups)
+def sync_commands(groups: list[SyncGroup], endpoints: Mapping[str, str] | None = None) -> str:
+    return "".join(f"{sync_command(g, endpoints)}\n" for g in groups)
 
 
 def sync_lines(bom: Bom, image: BomImage, groups: list[SyncGroup] | None = None) -> tuple[str, str] | None:
@@ -332,9 +345,9 @@ def sync_lines(bom: Bom, image: BomImage, groups: list[SyncGroup] | None = None)
     return f"{group.file}: {upstream.registry} {upstream.repository} [{upstream.tag}]", sync_command(group)
 
 
-def to_sync_text(bom: Bom) -> str:
+def to_sync_text(bom: Bom, endpoints: Mapping[str, str] | None = None) -> str:
     """The sync list as one text: each YAML file after a ``# file:`` line, then the commands."""
     groups = sync_groups(bom)
     parts = [f"# file: {g.file} (destination {g.destination})\n" + yaml.safe_dump(g.source, sort_keys=False)
              for g in groups]
-    return "\n".join(parts) + "\n# commands\n" + sync_commands(groups)
+    return "\n".join(parts) + "\n# commands\n" + sync_commands(groups, endpoints)
