@@ -129,12 +129,24 @@ def test_a_pod_reaches_the_api_server_with_in_cluster_config_as_its_service_acco
     for name, log in logs.items():
         print(f"--- {name} (exit {exit_codes[name]})\n{log.strip()}")
     assert exit_codes == {"version": 0, "own": 0, "other": 1}, logs
-    version = json.loads(logs["version"][logs["version"].index("{"):])
-    assert version["gitVersion"] == "v1.36.3"
-    assert f"GET https://{SERVICE_IP}:443/version" in logs["version"]  # in-cluster config: the kubernetes Service
+    assert _json_object(logs["version"])["gitVersion"] == "v1.36.3"
+    assert f"https://{SERVICE_IP}:443/version" in logs["version"]  # -v=6: in-cluster config, the kubernetes Service
     assert logs["own"].split() == ["pod/in-cluster-kubectl"]
     assert (f'pods is forbidden: User "system:serviceaccount:{OWN}:lister" cannot list resource "pods" in API group "" '
             f'in the namespace "{OTHER}"') in logs["other"]
+
+
+def _json_object(text: str) -> Manifest:
+    """The JSON object in a container's log (stdout) among kubectl's -v=6 lines (stderr)."""
+    decoder = json.JSONDecoder()
+    for start in (i for i, c in enumerate(text) if c == "{"):
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    raise AssertionError(f"no JSON object in {text!r}")
 
 
 def _build_probe(out: Path) -> Path:

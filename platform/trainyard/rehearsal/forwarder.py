@@ -1,10 +1,11 @@
 """A TCP forwarder: pods on the real nodes reach the API server, which listens on 127.0.0.1 only.
 
 The rehearsal's API server binds loopback (every host client uses ``https://127.0.0.1:<port>``), and packets
-from a pod may not be delivered to 127.0.0.0/8: the kernel drops them as martians unless ``route_localnet`` is
-set, and kubelet's own ``KUBE-FIREWALL`` chain drops them even then (kubernetes v1.36.3
-pkg/kubelet/kubelet_network_linux.go). So one small process listens on an address of this machine that pods can
-route to (``in_cluster_api.api_address``) and copies bytes both ways to the loopback listener. It is a plain TCP
+from a pod are not delivered to 127.0.0.0/8: the kernel drops them as martians unless the bridge they arrive on
+has ``route_localnet``, and a DNAT to loopback would have to pre-empt kube-proxy's own DNAT of the ``kubernetes``
+Service (a connection is translated once, and an endpoint may not be a loopback address). So one small process
+listens on an address of this machine that pods can route to (``in_cluster_api.api_address``) and copies bytes
+both ways to the loopback listener: no netfilter rule, no sysctl. It is a plain TCP
 relay: TLS stays end to end between the pod and the API server (the pod checks the API server's certificate, the
 API server sees the pod's bearer token), only the source address the API server logs is 127.0.0.1.
 
