@@ -49,6 +49,31 @@ def test_the_busybox_image_is_reproducible_and_runs_without_a_loader(tmp_path: P
     assert re.fullmatch(r"\d+\.\d+\.\d+", one.tag)
 
 
+KUBECTL = Settings.from_env().binary("kubectl")
+
+
+@pytest.mark.skipif(not KUBECTL.is_file(), reason="kubectl not built (tools/build.sh kube-apiserver)")
+def test_the_kubectl_image_is_the_built_static_kubectl_reproducibly(tmp_path: Path) -> None:
+    one, two = images.build_kubectl(KUBECTL, tmp_path / "a"), images.build_kubectl(KUBECTL, tmp_path / "b")
+    assert one.digest == two.digest
+    assert one.reference == "trainyard.local/rehearsal/kubectl:v1.36.3"
+    blobs = one.layout / "blobs" / "sha256"
+    manifest = json.loads((blobs / one.digest.removeprefix("sha256:")).read_text())
+    config = json.loads((blobs / manifest["config"]["digest"].removeprefix("sha256:")).read_text())
+    assert config["config"]["Entrypoint"] == ["/bin/kubectl"]  # as build/server-image/kubectl/Dockerfile
+    with tarfile.open(blobs / manifest["layers"][0]["digest"].removeprefix("sha256:")) as layer:
+        assert layer.getnames() == ["bin", "bin/kubectl", "tmp"]
+        kubectl = layer.extractfile("bin/kubectl")
+        assert kubectl is not None and kubectl.read() == KUBECTL.read_bytes()
+
+
+def test_an_image_of_one_binary_refuses_a_dynamically_linked_one(tmp_path: Path) -> None:
+    python = Path("/proc/self/exe").resolve()
+    with pytest.raises(images.ImageError, match=r"not a static executable .* CGO_ENABLED=0"):
+        images.static_binary_image(python, "bin/python", "rehearsal/python", "x", tmp_path, {}, "test")
+    assert not (tmp_path / "python").exists()
+
+
 def test_a_dynamic_executable_is_not_taken_for_a_static_one() -> None:
     python = Path("/proc/self/exe").resolve().read_bytes()
     assert not images.is_static_elf(python)

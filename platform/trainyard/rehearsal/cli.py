@@ -112,11 +112,14 @@ def _status(settings: Settings) -> int:
     for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "jobset", "trainer", "kueue"):
         running = processes.running(name)
         print(f"{name}: {f'running (pid {processes.pid(name)})' if running else 'stopped'}")
+    from trainyard.rehearsal.in_cluster_api import FORWARDER
     from trainyard.rehearsal.node import real_node_names
 
     for node in real_node_names(settings):
         for name in (f"containerd-{node}", f"kubelet-{node}"):
             print(f"{name}: {f'running (pid {processes.pid(name)})' if processes.running(name) else 'stopped'}")
+    if real_node_names(settings):
+        print(f"{FORWARDER}: {f'running (pid {processes.pid(FORWARDER)})' if processes.running(FORWARDER) else 'stopped'}")
     if plane.api_ready():
         print(f"apiserver: ready at {plane.server}")
     else:

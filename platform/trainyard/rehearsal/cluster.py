@@ -25,6 +25,7 @@ SERVICE_IP = "10.96.0.1"  # first address of SERVICE_CIDR
 KCM_CONTROLLERS = "*,-node-lifecycle-controller"
 REHEARSAL_STORAGE_CLASS = "rehearsal-hostpath"
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+NO_PROXY = f"{HOST},.svc,{SERVICE_CIDR}"
 
 
 class ControlPlane:
@@ -98,10 +99,18 @@ class ControlPlane:
             # in no DNS here) with a client certificate the kubelet accepts.
             "--kubelet-preferred-address-types", "InternalIP",
             "--kubelet-client-certificate", str(pki("apiserver-kubelet-client.crt")),
-            "--kubelet-client-key", str(pki("apiserver-kubelet-client.key"))],
+            "--kubelet-client-key", str(pki("apiserver-kubelet-client.key")),
+            # A webhook's or APIService's `service` reference is dialled at one of the Service's ready endpoints (a
+            # pod IP on a real node's bridge, routed on this machine) instead of its cluster IP, which only
+            # kube-proxy's output chain would turn into a pod (and without it would leave by the default route).
+            # Ref: kubernetes v1.36.3 cmd/kube-apiserver/app/server.go buildServiceResolver,
+            # k8s.io/apiserver@v0.36.3 pkg/util/proxy/proxy.go ResolveEndpoint; docs/rehearsal.md "Real nodes".
+            "--enable-aggregator-routing=true"],
             self.api_ready, self.settings.ready_timeout,
-            # Webhook calls go to 127.0.0.1 directly, never through a proxy a developer's shell may set.
-            env={"NO_PROXY": HOST, "no_proxy": HOST})
+            # Webhook calls go to 127.0.0.1 or to a Service (`<name>.<namespace>.svc`, the host name of every
+            # service-referenced webhook call: k8s.io/apiserver@v0.36.3 pkg/util/webhook/client.go) directly,
+            # never through a proxy a developer's shell may set.
+            env={"NO_PROXY": NO_PROXY, "no_proxy": NO_PROXY})
         write_kubeconfig(self.settings.kubeconfig, self.server, self.pki, "trainyard-admin", "admin")
         kcm_kubeconfig = self.settings.state_dir / "kcm.kubeconfig"
         write_kubeconfig(kcm_kubeconfig, self.server, self.pki, "system:kube-controller-manager", "kcm")

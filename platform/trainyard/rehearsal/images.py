@@ -6,6 +6,10 @@
   (``-Os -Wall -Werror -static -DVERSION=v$(TAG)-$(REV)``) and laid out as its ``Dockerfile`` says
   (``/pause``, ``USER 65535:65535``, ``ENTRYPOINT ["/pause"]``).
 - **busybox** (a small image for test pods): Debian's ``busybox-static`` ``/bin/busybox`` and a few applet links.
+- **kubectl** (for pods that talk to the API server, and for the charts' hooks that run kubectl): the ``kubectl``
+  that ``tools/build.sh kube-apiserver`` built (``CGO_ENABLED=0``: static, checked), laid out as upstream's
+  ``build/server-image/kubectl/Dockerfile`` (``/bin/kubectl``, ``ENTRYPOINT ["/bin/kubectl"]``) on an empty base
+  instead of go-runner's distroless one, tagged with its ``gitVersion``.
 
 Each image is an OCI image layout written here (uncompressed tar layer, fixed mtimes, owners and order; a config
 whose ``created`` is the epoch), so the same inputs give the same digest. It is pushed to the node's loopback
@@ -34,6 +38,7 @@ from pathlib import Path
 MIRROR_HOST = "trainyard.local"
 PAUSE_REPOSITORY = "rehearsal/pause"
 BUSYBOX_REPOSITORY = "rehearsal/busybox"
+KUBECTL_REPOSITORY = "rehearsal/kubectl"
 BUSYBOX = Path("/bin/busybox")  # Debian busybox-static
 # The applets a test pod may call by name (busybox --list has ~300; links are cheap, but a short list keeps
 # the layer's listing readable). Not wget: Debian's static busybox 1.35 segfaults in it (glibc's resolver in a static
@@ -206,9 +211,42 @@ def build_busybox(out: Path, binary: Path = BUSYBOX) -> Image:
     return Image(BUSYBOX_REPOSITORY, version, out / "busybox", digest)
 
 
-def build_node_images(pause_source: Path, out: Path) -> list[Image]:
-    """The pause and busybox images as OCI layouts under ``out`` (rebuilt every time: a second or two)."""
-    return [build_pause(pause_source, out), build_busybox(out)]
+def static_binary_image(binary: Path, path: str, repository: str, tag: str, out: Path, config: dict[str, object],
+                        history: str) -> Image:
+    """One statically linked executable at ``path`` (plus a world-writable ``/tmp``) as the image's only content."""
+    data = binary.read_bytes()
+    if not is_static_elf(data):
+        raise ImageError(f"{binary} is not a static executable (an empty image has no loader): build it with CGO_ENABLED=0")
+    directories = sorted({str(Path(path).parents[i]) for i in range(len(Path(path).parents) - 1)})
+    entries = [*(Entry(d) for d in directories), Entry(path, data), Entry("tmp", mode=0o1777)]
+    name = repository.rsplit("/", 1)[-1]
+    return Image(repository, tag, out / name, write_layout(out / name, entries, config, history))
+
+
+def kubectl_version(binary: Path) -> str:
+    """``kubectl version --client -o json``'s gitVersion (``v1.36.3``): the image's tag."""
+    try:
+        result = subprocess.run([str(binary), "version", "--client", "-o", "json"], capture_output=True, text=True,  # noqa: S603 - our path
+                                check=False, timeout=60)
+        version: str = json.loads(result.stdout)["clientVersion"]["gitVersion"]
+    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError) as exc:
+        raise ImageError(f"{binary} does not say its version ({exc}): run `tools/build.sh kube-apiserver`") from None
+    return version
+
+
+def build_kubectl(binary: Path, out: Path) -> Image:
+    """The kubectl image: ``/bin/kubectl`` as upstream's image has it; ``HOME=/tmp`` gives any user a discovery cache."""
+    if not binary.is_file():
+        raise ImageError(f"{binary} not found: run `tools/build.sh kube-apiserver` (it builds kubectl)")
+    version = kubectl_version(binary)
+    return static_binary_image(binary, "bin/kubectl", KUBECTL_REPOSITORY, version, out,
+                               {"Entrypoint": ["/bin/kubectl"], "Env": ["PATH=/bin", "HOME=/tmp"]},
+                               f"kubectl {version} (k8s.io/kubernetes, CGO_ENABLED=0) as build/server-image/kubectl")
+
+
+def build_node_images(pause_source: Path, out: Path, kubectl: Path) -> list[Image]:
+    """The pause, busybox and kubectl images as OCI layouts under ``out`` (rebuilt every time: a second or two)."""
+    return [build_pause(pause_source, out), build_busybox(out), build_kubectl(kubectl, out)]
 
 
 # ------------------------------------------------------------------------------------------- push

@@ -16,6 +16,9 @@ The fake nodes (kwok) only move pods through their phases; a real node runs thei
   certificate for the node's address, webhook authentication and authorization, the cgroupfs driver under a
   cgroup root of its own, and every directory (root, pod logs, certificates) under the node's directory.
 - **kube-proxy** (``proxy=True`` on one node: ``rehearsal/proxy.py``), for every real node of this machine.
+- **the API server for pods** (``rehearsal/in_cluster_api.py``): an address pods route to, a forwarder to the API
+  server on loopback and the ``default/kubernetes`` Service's endpoints, from the cluster's first real node to its
+  last one's ``down``.
 - **NetworkPolicy enforcement** (``network_policy=True`` on one node: ``rehearsal/netpol.py``): kube-router's
   network policy controller, for the pods of that node.
 
@@ -58,6 +61,7 @@ from trainyard.rehearsal.cluster import (
     port_in_use,
     write_kubeconfig,
 )
+from trainyard.rehearsal.in_cluster_api import InClusterApi
 from trainyard.rehearsal.kube import KubeError, Manifest, wait_until
 from trainyard.rehearsal.netpol import NetworkPolicyEnforcer
 from trainyard.rehearsal.proxy import ServiceProxy
@@ -358,6 +362,8 @@ class RealNode:
         self.enforcer = NetworkPolicyEnforcer(settings, name, self.host)
         self.network_policy = network_policy
         self.kubelet_chains = KubeletChains(settings)
+        # Shared by the cluster's real nodes: the first one's up makes it, the last one's down removes it.
+        self.api = InClusterApi(settings, self.layout.pod_network)
 
     @property
     def name(self) -> str:
@@ -391,6 +397,7 @@ class RealNode:
             clash = self._subnet_clash()
             if clash:
                 found.append(clash)
+            found += self.api.problems()
         return found
 
     def _subnet_clash(self) -> str | None:
@@ -420,13 +427,15 @@ class RealNode:
         for sub in ("containerd/certs.d", "cni/net.d", "cni/ipam", "kubelet", "pod-logs", "images"):
             layout.path(sub).mkdir(parents=True, exist_ok=True)
         self.registry.up()
-        built = images.build_node_images(self.settings.share("kubelet") / "pause", layout.path("images"))
+        built = images.build_node_images(self.settings.share("kubelet") / "pause", layout.path("images"),
+                                         self.settings.binary("kubectl"))
         for image in built:
             images.push(image, self.registry.address)
         mirror = layout.path("containerd", "certs.d", images.MIRROR_HOST)
         mirror.mkdir(parents=True, exist_ok=True)
         (mirror / "hosts.toml").write_text(images.mirror_hosts_toml(self.registry.address))
         self._bridge_up()
+        self.api.up()  # before the kubelet: its pods find the kubernetes Service served from their first moment
         self._cgroup_root_up()
         runc = self.host.find("runc") or "runc"
         layout.path("containerd.toml").write_text(containerd_config(
@@ -538,8 +547,11 @@ class RealNode:
 
     def leftovers(self) -> list[str]:
         """What of this node still exists on the machine: processes, mounts, the bridge, cgroups (empty after down)."""
-        own = [self.kubelet, self.containerd] + ([] if self._other_nodes_running() else ["registry"])
+        last = not self._other_nodes_running()
+        own = [self.kubelet, self.containerd] + (["registry"] if last else [])
         found = [f"process {name} (pid {self.processes.pid(name)})" for name in own if self.processes.running(name)]
+        if last:
+            found += self.api.leftovers()
         if self.proxy is not None:
             found += self.proxy.leftovers()
         if self.network_policy or self.enforcer.served_node() == self.name:
@@ -605,6 +617,7 @@ class RealNode:
         self._ip("link", "del", self.layout.tag, check=False)
         self._cgroup_root_down()
         if not self._other_nodes_running():
+            self.api.down()
             self.registry.down()
         if self.plane.api_ready():
             with contextlib.suppress(KubeError):
