@@ -6,6 +6,11 @@
   (``-Os -Wall -Werror -static -DVERSION=v$(TAG)-$(REV)``) and laid out as its ``Dockerfile`` says
   (``/pause``, ``USER 65535:65535``, ``ENTRYPOINT ["/pause"]``).
 - **busybox** (a small image for test pods): Debian's ``busybox-static`` ``/bin/busybox`` and a few applet links.
+- **coredns** (the cluster DNS, ``rehearsal/dns.py``): the static ``coredns`` of ``tools/build.sh coredns``, laid out
+  as CoreDNS's ``Dockerfile`` does: ``/coredns`` with the file capability ``cap_net_bind_service=+ep`` (its
+  ``setcap`` step), ``USER 65532:65532`` (distroless ``nonroot``), ``WORKDIR /``, ``EXPOSE 53 53/udp``,
+  ``ENTRYPOINT ["/coredns"]``. Nothing of the distroless base is needed: the binary is static and numeric ids
+  need no ``/etc/passwd``.
 
 Each image is an OCI image layout written here (uncompressed tar layer, fixed mtimes, owners and order; a config
 whose ``created`` is the epoch), so the same inputs give the same digest. It is pushed to the node's loopback
@@ -34,6 +39,7 @@ from pathlib import Path
 MIRROR_HOST = "trainyard.local"
 PAUSE_REPOSITORY = "rehearsal/pause"
 BUSYBOX_REPOSITORY = "rehearsal/busybox"
+COREDNS_REPOSITORY = "rehearsal/coredns"
 BUSYBOX = Path("/bin/busybox")  # Debian busybox-static
 # The applets a test pod may call by name (busybox --list has ~300; links are cheap, but a short list keeps
 # the layer's listing readable). Not wget: Debian's static busybox 1.35 segfaults in it (glibc's resolver in a static
@@ -51,12 +57,14 @@ class ImageError(Exception):
 
 @dataclass(frozen=True)
 class Entry:
-    """One file of a layer: a regular file (``data``), a directory, or a symbolic link (``link``)."""
+    """One file of a layer: a regular file (``data``), a directory, or a symbolic link (``link``); ``xattrs`` are
+    extended attributes (``security.capability``: file capabilities), carried as PAX ``SCHILY.xattr.*`` records."""
 
     path: str
     data: bytes | None = None
     mode: int = 0o755
     link: str | None = None
+    xattrs: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,8 @@ def layer_tar(entries: Sequence[Entry]) -> bytes:
         for entry in sorted(entries, key=lambda e: e.path):
             info = tarfile.TarInfo(entry.path)
             info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode = 0, 0, 0, "", "", entry.mode
+            # Bytes below 0x80 only (a capability set is): tarfile writes them as the same bytes, in UTF-8.
+            info.pax_headers = {f"SCHILY.xattr.{name}": value.decode("ascii") for name, value in entry.xattrs}
             if entry.link is not None:
                 info.type, info.linkname = tarfile.SYMTYPE, entry.link
                 tar.addfile(info)
@@ -187,6 +197,46 @@ def build_busybox(out: Path, binary: Path = BUSYBOX) -> Image:
     digest = write_layout(out / "busybox", entries, {"Env": ["PATH=/bin"], "Cmd": ["sh"]},
                           f"Debian busybox-static {version}: /bin/busybox and {len(BUSYBOX_APPLETS)} applet links")
     return Image(BUSYBOX_REPOSITORY, version, out / "busybox", digest)
+
+
+CAP_NET_BIND_SERVICE = 10  # linux/capability.h
+
+
+def file_capability(*capabilities: int) -> bytes:
+    """The ``security.capability`` value ``setcap CAPS=+ep`` writes: ``struct vfs_cap_data`` revision 2 (magic
+    0x02000000 | VFS_CAP_FLAGS_EFFECTIVE), then permitted and inheritable words for capabilities 0-31 and 32-63,
+    little-endian. Ref: linux include/uapi/linux/capability.h (VFS_CAP_REVISION_2, struct vfs_cap_data)."""
+    permitted = sum(1 << c for c in capabilities)
+    words = (0x02000001, permitted & 0xFFFFFFFF, 0, permitted >> 32, 0)
+    return b"".join(w.to_bytes(4, "little") for w in words)
+
+
+def coredns_version(binary: Path) -> str:
+    """``coredns -version`` prints ``CoreDNS-1.15.0`` then the platform line (coremain/run.go showVersion)."""
+    try:
+        result = subprocess.run([str(binary), "-version"], capture_output=True, text=True, check=False, timeout=30)  # noqa: S603
+    except OSError as exc:
+        raise ImageError(f"{binary} does not run: {exc}") from None
+    first = result.stdout.splitlines()[0] if result.stdout else ""
+    if not first.startswith("CoreDNS-"):
+        raise ImageError(f"{binary} does not say its CoreDNS version: {first!r}")
+    return first.removeprefix("CoreDNS-")
+
+
+def build_coredns(binary: Path, out: Path) -> Image:
+    """The CoreDNS image as upstream's Dockerfile lays it out (v1.15.0): static binary, file capability, nonroot."""
+    if not binary.is_file():
+        raise ImageError(f"{binary} not found: run `tools/build.sh coredns`")
+    data = binary.read_bytes()
+    if not is_static_elf(data):
+        raise ImageError(f"{binary} is dynamically linked: the CoreDNS image holds only the binary (CGO_ENABLED=0)")
+    version = coredns_version(binary)
+    entries = [Entry("coredns", data, xattrs=(("security.capability", file_capability(CAP_NET_BIND_SERVICE)),))]
+    digest = write_layout(out / "coredns", entries,
+                          {"Entrypoint": ["/coredns"], "User": "65532:65532", "WorkingDir": "/",
+                           "ExposedPorts": {"53/tcp": {}, "53/udp": {}}},
+                          f"CoreDNS {version} (tools/build.sh coredns): /coredns, setcap cap_net_bind_service=+ep")
+    return Image(COREDNS_REPOSITORY, version, out / "coredns", digest)
 
 
 def build_node_images(pause_source: Path, out: Path) -> list[Image]:
