@@ -85,7 +85,10 @@ def client(dns_node: Running) -> Kube:
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         # No selector and no endpoints: the kubernetes plugin answers a ClusterIP Service's name with its address.
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo", "namespace": NAMESPACE},
-         "spec": {"ports": [{"port": 80}]}},
+         "spec": {"ports": [{"port": 80}]}}], field_manager="trainyard-test")
+    # ServiceAccount admission refuses a pod until kube-controller-manager made the namespace's default account.
+    wait_until("the namespace's default service account", lambda: kube.exists("serviceaccount", "default", NAMESPACE), 60)
+    kube.apply([
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client", "namespace": NAMESPACE},
          "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
              "name": "client", "image": f"{images.MIRROR_HOST}/{images.BUSYBOX_REPOSITORY}:{tag}",
