@@ -33,6 +33,7 @@ that pods can reach.
 from __future__ import annotations
 
 import ipaddress
+import time
 from typing import Any
 
 from trainyard.rehearsal.kube import Kube, KubeError, Manifest, wait_until
@@ -173,6 +174,7 @@ class ClusterDns:
     def up(self, image: str, timeout: float = 180) -> None:
         """Apply the addon (idempotent) and wait until every replica is ready: the kubernetes plugin synced with the
         API server (the ``ready`` plugin answers /ready only then)."""
+        start = time.monotonic()
         self.kube.apply(manifests(image, self.dns_ip, self.domain, self.replicas), FIELD_MANAGER)
 
         def available() -> bool:
@@ -185,6 +187,8 @@ class ClusterDns:
             logs = self.kube.run("logs", "-n", NAMESPACE, f"deployment/{NAME}", "--tail", "15", check=False)
             raise KubeError(f"{exc}; its pods: {self._pods_state()}; the log of one:\n"
                             f"{(logs.stdout or logs.stderr).strip()}") from None
+        print(f"    CoreDNS ready ({self.replicas} replicas, kube-dns at {self.dns_ip}) in {time.monotonic() - start:.1f}s",
+              flush=True)
 
     def _pods_state(self) -> str:
         try:
