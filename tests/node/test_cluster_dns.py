@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -69,6 +70,21 @@ def dns_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         print("\n".join(f"    {k}: {v:.1f}s" for k, v in timings.items()))
 
 
+def coredns_processes(node: RealNode) -> list[dict[str, str]]:
+    """The status lines (Uid, CapEff) of the coredns processes under the node's cgroup root, read in /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or (entry / "comm").read_text().strip() != "coredns" \
+                    or f"/{node.layout.tag}/" not in (entry / "cgroup").read_text():
+                continue
+            fields = dict(line.split(":\t", 1) for line in (entry / "status").read_text().splitlines() if ":\t" in line)
+        except OSError:
+            continue
+        found.append({k: fields[k].strip() for k in ("Uid", "CapEff")})
+    return found
+
+
 def nslookup(kube: Kube, name: str) -> tuple[str, float]:
     """``busybox nslookup NAME`` in the client pod: its output (stdout and stderr) and how long it took."""
     start = time.monotonic()
@@ -109,6 +125,11 @@ def test_coredns_runs_as_kubeadms_addon_behind_the_kube_dns_service(dns_node: Ru
         assert pod["spec"]["nodeName"] == dns_node.node.name
         image_id = pod["status"]["containerStatuses"][0]["imageID"]
         assert image_id.startswith(f"{images.MIRROR_HOST}/{images.COREDNS_REPOSITORY}@sha256:")
+    # As upstream's image: uid 65532, and port 53 bound through the file capability alone (CapEff: NET_BIND_SERVICE).
+    running = coredns_processes(dns_node.node)
+    print(running)
+    assert len(running) == dns.COREDNS_REPLICAS
+    assert all(p["Uid"].split()[:2] == ["65532", "65532"] and int(p["CapEff"], 16) == 1 << 10 for p in running)
     log = kube.run("logs", "-n", dns.NAMESPACE, pods[0]["metadata"]["name"]).stdout
     print(log)
     assert f"CoreDNS-{dns.COREDNS_VERSION[1:]}" in log
