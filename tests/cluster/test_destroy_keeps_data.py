@@ -77,6 +77,10 @@ PROTECTED_ERROR = re.compile(r'resource "(urn:pulumi:[^"]+)" cannot be deleted')
 # test_rehearsal.py's destroy keeps them on the session's cluster.
 DATA_PLANE: dict[str, Any] = {
     "lifecycle": {"protect_data": True},
+    # The loopback registry that filled the lock is gone by `up`, and no node here pulls an image: the program's
+    # mirror check (on by default with protect_data) would ask the upstream hosts. tests/program and tests/registry
+    # test it (docs/supply-chain.md, "In the mirror").
+    "images": {"verify_in_mirror": False},
     "serving": None,
     "mlflow": {"enabled": True, "object_store": {"endpoint_url": "http://seaweedfs-all-in-one.object-store.svc:8333"},
                "backup": {"enabled": False}},

@@ -26,7 +26,7 @@ import pytest
 
 from tests.cluster.conftest import private_env, tools_problem
 from tests.node.test_real_node import free_pod_network
-from trainyard.rehearsal import dns, images
+from trainyard.rehearsal import dns, dns_image, images
 from trainyard.rehearsal.cluster import SERVICE_IP, ControlPlane, Settings
 from trainyard.rehearsal.kube import Kube, wait_until
 from trainyard.rehearsal.node import CLUSTER_DNS_IP, RealNode
@@ -124,7 +124,7 @@ def test_coredns_runs_as_kubeadms_addon_behind_the_kube_dns_service(dns_node: Ru
     for pod in pods:
         assert pod["spec"]["nodeName"] == dns_node.node.name
         image_id = pod["status"]["containerStatuses"][0]["imageID"]
-        assert image_id.startswith(f"{images.MIRROR_HOST}/{images.COREDNS_REPOSITORY}@sha256:")
+        assert image_id.startswith(f"{images.MIRROR_HOST}/{dns_image.COREDNS_REPOSITORY}@sha256:")
     # As upstream's image: uid 65532, and port 53 bound through the file capability alone (CapEff: NET_BIND_SERVICE).
     running = coredns_processes(dns_node.node)
     print(running)

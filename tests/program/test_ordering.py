@@ -67,6 +67,7 @@ def recorded_edges(stack: str | Path, monkeypatch: pytest.MonkeyPatch, config: d
     platform_config.setdefault("images", {})
     if stack == "prod":  # the program refuses placeholder digests on a stack that protects data
         platform_config["images"]["lock_file"] = str(registry_filled_lock(Path(tempfile.mkdtemp(prefix="trainyard-lock-"))))
+        platform_config["images"]["verify_in_mirror"] = False  # no registry to ask under the mocks
     name = stack if isinstance(stack, str) else path.stem.removeprefix("Pulumi.")
     pulumi.runtime.set_mocks(Mocks(Registered()), project="trainyard", stack=name, preview=False)
     pulumi.runtime.set_all_config({"trainyard:platform": json.dumps(platform_config), **(config or {})},

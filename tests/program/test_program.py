@@ -90,9 +90,12 @@ def stack_file(stack: str) -> Path:
     return Path(stack) if "/" in stack else ROOT / "stacks" / f"Pulumi.{stack}.yaml"
 
 
-def run_program(stack: str, monkeypatch: pytest.MonkeyPatch,
-                lock: str = "registry-filled") -> tuple[Registered, dict[str, dict[str, Any]]]:
-    registered = Registered()
+def run_program(stack: str, monkeypatch: pytest.MonkeyPatch, lock: str = "registry-filled",
+                verify_in_mirror: bool | None = False,
+                registered: Registered | None = None) -> tuple[Registered, dict[str, dict[str, Any]]]:
+    """Run the program on ``stack`` under the mocks. The mirror check asks no registry here unless a test turns it
+    on (``verify_in_mirror=None`` is the stack's own setting); ``registered`` collects what was declared."""
+    registered = registered if registered is not None else Registered()
     options: dict[str, dict[str, Any]] = {}
     original = KubernetesObject.__init__
 
@@ -108,6 +111,8 @@ def run_program(stack: str, monkeypatch: pytest.MonkeyPatch,
     if lock == "registry-filled":
         lock_dir = Path(tempfile.mkdtemp(prefix="trainyard-lock-"))
         platform_config.setdefault("images", {})["lock_file"] = str(registry_filled_lock(lock_dir))
+    if verify_in_mirror is not None:
+        platform_config.setdefault("images", {})["verify_in_mirror"] = verify_in_mirror
     pulumi.runtime.set_mocks(Mocks(registered), project="trainyard", stack=stack_file(stack).stem.removeprefix("Pulumi."),
                              preview=False)
     pulumi.runtime.set_all_config({"trainyard:platform": json.dumps(platform_config)})

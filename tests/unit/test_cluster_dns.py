@@ -3,6 +3,7 @@ DNS policy, with no forwarder; the CoreDNS build links exactly what its Corefile
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import os
@@ -16,7 +17,7 @@ import pytest
 
 from tests.conftest import ROOT
 from trainyard.config.security import Dns
-from trainyard.rehearsal import dns, images
+from trainyard.rehearsal import base_layer, dns, dns_image, images
 from trainyard.rehearsal.cluster import SERVICE_CIDR, SERVICE_IP, Settings
 from trainyard.rehearsal.node import CLUSTER_DNS_IP, NodeLayout, RealNode, kubelet_config
 from trainyard.rehearsal.settings import REAL_NODE_LABELS
@@ -115,13 +116,13 @@ def test_the_coredns_version_is_the_one_built() -> None:
 
 def test_the_file_capability_is_what_setcap_writes(tmp_path: Path) -> None:
     """The Dockerfile's `setcap cap_net_bind_service=+ep /coredns`: nonroot, it still binds port 53."""
-    assert images.file_capability(images.CAP_NET_BIND_SERVICE).hex() == "0100000200040000000000000000000000000000"
+    assert dns_image.file_capability(dns_image.CAP_NET_BIND_SERVICE).hex() == "0100000200040000000000000000000000000000"
     if not Path("/usr/sbin/setcap").exists() or os.geteuid() != 0:
         return
     target = tmp_path / "f"
     target.write_text("x")
     subprocess.run(["/usr/sbin/setcap", "cap_net_bind_service=+ep", str(target)], check=True)
-    assert os.getxattr(target, "security.capability") == images.file_capability(images.CAP_NET_BIND_SERVICE)
+    assert os.getxattr(target, "security.capability") == dns_image.file_capability(dns_image.CAP_NET_BIND_SERVICE)
 
 
 @pytest.mark.skipif(not BUILT, reason=f"{COREDNS} not built (tools/build.sh coredns)")
@@ -130,25 +131,39 @@ def test_the_built_coredns_has_only_the_plugins_it_needs() -> None:
     plugins = set(listed.split())  # every plugin registered; a Corefile may use only those of main.go's directives
     assert set(directives(dns.corefile())) <= plugins
     assert not plugins & {"route53", "azure", "clouddns", "etcd", "nomad"}
-    print(f"CoreDNS {images.coredns_version(COREDNS)}: {sorted(plugins)}")
+    print(f"CoreDNS {dns_image.coredns_version(COREDNS)}: {sorted(plugins)}")
 
 
 @pytest.mark.skipif(not BUILT, reason=f"{COREDNS} not built (tools/build.sh coredns)")
 def test_the_coredns_image_is_upstreams_layout_and_reproducible(tmp_path: Path) -> None:
-    one, two = images.build_coredns(COREDNS, tmp_path / "a"), images.build_coredns(COREDNS, tmp_path / "b")
+    """coredns@v1.15.0:Dockerfile: distroless static:nonroot (the controller images' base layer), then /coredns with
+    cap_net_bind_service=+ep; USER 65532:65532, WORKDIR /, EXPOSE 53 53/udp, ENTRYPOINT /coredns."""
+    one, two = dns_image.build_coredns(COREDNS, tmp_path / "a"), dns_image.build_coredns(COREDNS, tmp_path / "b")
     assert one.digest == two.digest and one.reference == f"trainyard.local/rehearsal/coredns:{dns.COREDNS_VERSION[1:]}"
     blobs = one.layout / "blobs" / "sha256"
     manifest = json.loads((blobs / one.digest.removeprefix("sha256:")).read_text())
     config = json.loads((blobs / manifest["config"]["digest"].removeprefix("sha256:")).read_text())["config"]
-    assert config == {"Entrypoint": ["/coredns"], "User": "65532:65532", "WorkingDir": "/",
-                      "ExposedPorts": {"53/tcp": {}, "53/udp": {}}}
-    layer = (blobs / manifest["layers"][0]["digest"].removeprefix("sha256:")).read_bytes()
-    with tarfile.open(fileobj=BytesIO(layer)) as tar:
+    assert {k: config[k] for k in ("Entrypoint", "User", "WorkingDir", "ExposedPorts", "Env")} == {
+        "Entrypoint": ["/coredns"], "User": "65532:65532", "WorkingDir": "/",
+        "ExposedPorts": {"53/tcp": {}, "53/udp": {}}, "Env": list(base_layer.ENV)}
+    base, binary = (blobs / layer["digest"].removeprefix("sha256:") for layer in manifest["layers"])
+    assert manifest["layers"][0]["digest"] == "sha256:" + hashlib.sha256(
+        images.layer_tar(base_layer.base_layer().entries)).hexdigest()  # the controller images' base, as is
+    with tarfile.open(fileobj=BytesIO(binary.read_bytes())) as tar:
         (member,) = tar.getmembers()
-        assert member.name == "coredns" and member.uid == 0 and member.mode == 0o755
+        assert member.name == "coredns" and (member.uid, member.gid, member.mode) == (0, 0, 0o755)
         capability = member.pax_headers["SCHILY.xattr.security.capability"].encode()
-        assert capability == images.file_capability(images.CAP_NET_BIND_SERVICE)
-    print(f"{one.reference} {one.digest} ({len(layer) // 1024} KiB layer)")
+        assert capability == dns_image.file_capability(dns_image.CAP_NET_BIND_SERVICE)
+    print(f"{one.reference} {one.digest} (base {base.stat().st_size // 1024} KiB, coredns {binary.stat().st_size // 1024} KiB)")
+
+
+def test_a_machine_without_the_base_layers_packages_is_told_which(tmp_path: Path) -> None:
+    (tmp_path / "var" / "lib" / "dpkg" / "info").mkdir(parents=True)
+    (tmp_path / "var" / "lib" / "dpkg" / "status").write_text("")
+    missing = dns_image.missing_packages(tmp_path)
+    assert [m.split(":")[0] for m in missing] == [f"the Debian package {p} is not installed"
+                                                  for p in ("ca-certificates", "libc-bin", "tzdata")]
+    assert all("apt-get install" in m for m in missing)
 
 
 def test_dns_needs_kube_proxy_and_the_coredns_binary(tmp_path: Path) -> None:

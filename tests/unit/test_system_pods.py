@@ -14,8 +14,8 @@ import pytest
 from trainyard.config import ConfigError, validate_platform
 from trainyard.manifests import installs, placement
 from trainyard.project import open_stack
-from trainyard.rehearsal.stack import EXTERNAL, REHEARSAL_MIRROR, InCluster, read_platform, rehearsal_platform
 from trainyard.rehearsal.settings import REAL_NODE_LABELS
+from trainyard.rehearsal.stack import EXTERNAL, REHEARSAL_MIRROR, InCluster, read_platform, rehearsal_platform
 
 
 def _with_system_pods(stack: str, system_pods: dict[str, Any]) -> Any:

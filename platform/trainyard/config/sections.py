@@ -390,6 +390,16 @@ class Images(Model):
         "chart values take their digests from it; `trainyard images lock STACK` fills it (docs/supply-chain.md).",
     )
 
+    verify_in_mirror: bool | None = Field(
+        default=None,
+        description="Before `pulumi preview`/`up` declares anything, ask each image's registry for every image the "
+        "stack pulls (by the lock's digest) and fail naming each one that is missing and the `trainyard bom STACK "
+        "--format sync` line that mirrors it, instead of pods in ImagePullBackOff until a Deployment times out. "
+        "Needs the registries reachable from where Pulumi runs (TRAINYARD_REGISTRY_ENDPOINTS maps a host to another "
+        "address). Unset: on exactly where lifecycle.protect_data is on (staging, prod), off elsewhere "
+        "(docs/supply-chain.md, \"In the mirror\").",
+    )
+
     @model_validator(mode="after")
     def _prefix(self) -> Images:
         if self.registry_mirror is not None and not self.registry_mirror.endswith("/"):

@@ -80,6 +80,14 @@ class ControlPlane:
             "--bind-address", HOST, "--advertise-address", HOST, "--secure-port", str(ports.apiserver),
             "--tls-cert-file", str(pki("apiserver.crt")), "--tls-private-key-file", str(pki("apiserver.key")),
             "--client-ca-file", str(pki("ca.crt")),
+            # The aggregation layer, as kubeadm configures it (pki.py: front-proxy CA and client): without it the API
+            # server proxies to an APIService anonymously and Kueue's visibility API answers 403 (FailedDiscoveryCheck).
+            "--requestheader-client-ca-file", str(pki("front-proxy-ca.crt")),
+            "--requestheader-allowed-names", "front-proxy-client",
+            "--requestheader-username-headers", "X-Remote-User", "--requestheader-group-headers", "X-Remote-Group",
+            "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
+            "--proxy-client-cert-file", str(pki("front-proxy-client.crt")),
+            "--proxy-client-key-file", str(pki("front-proxy-client.key")),
             "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
             "--service-account-key-file", str(pki("sa.pub")), "--service-account-signing-key-file", str(pki("sa.key")),
             "--service-cluster-ip-range", SERVICE_CIDR, "--authorization-mode", "Node,RBAC",

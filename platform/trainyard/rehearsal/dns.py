@@ -20,7 +20,7 @@ What differs from kubeadm, and why:
   A program that tries the internet fails fast with "name not known", not after resolver timeouts. Two blocks,
   because the plugins of one block run in the build's fixed order, where ``template`` comes before
   ``kubernetes`` (core/dnsserver/zdirectives.go) and would answer for the cluster's names too.
-- **The image** is built here (``images.build_coredns``, from ``tools/build.sh coredns``: CoreDNS v1.15.0 with the
+- **The image** is built here (``dns_image.build_coredns``, from ``tools/build.sh coredns``: CoreDNS v1.15.0 with the
   plugins this Corefile uses) under ``trainyard.local/rehearsal/coredns``, pulled from the node's loopback registry.
 - **Placement**: the rehearsal also runs fake (kwok) nodes, so the pods get the real nodes' label as node selector
   besides kubeadm's ``kubernetes.io/os: linux``.

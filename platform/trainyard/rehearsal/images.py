@@ -6,11 +6,6 @@
   (``-Os -Wall -Werror -static -DVERSION=v$(TAG)-$(REV)``) and laid out as its ``Dockerfile`` says
   (``/pause``, ``USER 65535:65535``, ``ENTRYPOINT ["/pause"]``).
 - **busybox** (a small image for test pods): Debian's ``busybox-static`` ``/bin/busybox`` and a few applet links.
-- **coredns** (the cluster DNS, ``rehearsal/dns.py``): the static ``coredns`` of ``tools/build.sh coredns``, laid out
-  as CoreDNS's ``Dockerfile`` does: ``/coredns`` with the file capability ``cap_net_bind_service=+ep`` (its
-  ``setcap`` step), ``USER 65532:65532`` (distroless ``nonroot``), ``WORKDIR /``, ``EXPOSE 53 53/udp``,
-  ``ENTRYPOINT ["/coredns"]``. Nothing of the distroless base is needed: the binary is static and numeric ids
-  need no ``/etc/passwd``.
 
 Each image is an OCI image layout written here (uncompressed tar layer, fixed mtimes, owners and order; a config
 whose ``created`` is the epoch), so the same inputs give the same digest. It is pushed to the node's loopback
@@ -39,7 +34,6 @@ from pathlib import Path
 MIRROR_HOST = "trainyard.local"
 PAUSE_REPOSITORY = "rehearsal/pause"
 BUSYBOX_REPOSITORY = "rehearsal/busybox"
-COREDNS_REPOSITORY = "rehearsal/coredns"
 BUSYBOX = Path("/bin/busybox")  # Debian busybox-static
 # The applets a test pod may call by name (busybox --list has ~300; links are cheap, but a short list keeps
 # the layer's listing readable). Not wget: Debian's static busybox 1.35 segfaults in it (glibc's resolver in a static
@@ -57,14 +51,25 @@ class ImageError(Exception):
 
 @dataclass(frozen=True)
 class Entry:
-    """One file of a layer: a regular file (``data``), a directory, or a symbolic link (``link``); ``xattrs`` are
-    extended attributes (``security.capability``: file capabilities), carried as PAX ``SCHILY.xattr.*`` records."""
+    """One file of a layer: a regular file (``data``), a directory, or a symbolic link (``link``), owned by uid:gid;
+    ``xattrs`` are extended attributes (``security.capability``: file capabilities), carried as PAX
+    ``SCHILY.xattr.*`` records."""
 
     path: str
     data: bytes | None = None
     mode: int = 0o755
     link: str | None = None
+    uid: int = 0
+    gid: int = 0
     xattrs: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of an image: its entries, and the line the config's history gives for it."""
+
+    entries: tuple[Entry, ...]
+    created_by: str
 
 
 @dataclass(frozen=True)
@@ -91,12 +96,12 @@ def _sha256(data: bytes) -> str:
 
 
 def layer_tar(entries: Sequence[Entry]) -> bytes:
-    """A reproducible tar: entries sorted by path, mtime 0, owner root, no user or group names."""
+    """A reproducible tar: entries sorted by path, mtime 0, each entry's numeric owner, no user or group names."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for entry in sorted(entries, key=lambda e: e.path):
             info = tarfile.TarInfo(entry.path)
-            info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode = 0, 0, 0, "", "", entry.mode
+            info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode = 0, entry.uid, entry.gid, "", "", entry.mode
             # Bytes below 0x80 only (a capability set is): tarfile writes them as the same bytes, in UTF-8.
             info.pax_headers = {f"SCHILY.xattr.{name}": value.decode("ascii") for name, value in entry.xattrs}
             if entry.link is not None:
@@ -113,20 +118,26 @@ def layer_tar(entries: Sequence[Entry]) -> bytes:
 
 def write_layout(directory: Path, entries: Sequence[Entry], config: dict[str, object], history: str) -> str:
     """Write a one-layer image as an OCI layout in ``directory`` (replaced); return the manifest's digest."""
-    layer = layer_tar(entries)
+    return write_image(directory, [Layer(tuple(entries), history)], config)
+
+
+def write_image(directory: Path, layers: Sequence[Layer], config: dict[str, object]) -> str:
+    """Write an image of ``layers`` (bottom first) as an OCI layout in ``directory`` (replaced); return the manifest's
+    digest. One layer gives exactly the bytes ``write_layout`` always gave (the pause and busybox digests hold)."""
+    tars = [layer_tar(layer.entries) for layer in layers]
     image_config = _json({
         "architecture": "amd64", "os": "linux", "created": "1970-01-01T00:00:00Z", "config": config,
-        "rootfs": {"type": "layers", "diff_ids": [_sha256(layer)]},
-        "history": [{"created": "1970-01-01T00:00:00Z", "created_by": history}]})
+        "rootfs": {"type": "layers", "diff_ids": [_sha256(tar) for tar in tars]},
+        "history": [{"created": "1970-01-01T00:00:00Z", "created_by": layer.created_by} for layer in layers]})
     manifest = _json({
         "schemaVersion": 2, "mediaType": MANIFEST,
         "config": {"mediaType": CONFIG, "digest": _sha256(image_config), "size": len(image_config)},
-        "layers": [{"mediaType": LAYER, "digest": _sha256(layer), "size": len(layer)}]})
+        "layers": [{"mediaType": LAYER, "digest": _sha256(tar), "size": len(tar)} for tar in tars]})
     if directory.exists():
         shutil.rmtree(directory)
     blobs = directory / "blobs" / "sha256"
     blobs.mkdir(parents=True)
-    for blob in (layer, image_config, manifest):
+    for blob in (*tars, image_config, manifest):
         (blobs / _sha256(blob).removeprefix("sha256:")).write_bytes(blob)
     (directory / "oci-layout").write_bytes(_json({"imageLayoutVersion": "1.0.0"}))
     (directory / "index.json").write_bytes(_json({
@@ -157,8 +168,9 @@ def compile_pause(source_dir: Path, work: Path) -> tuple[bytes, str]:
 
 
 def is_static_elf(data: bytes) -> bool:
-    """True for an ELF executable without a program interpreter (PT_INTERP): it runs in an empty image."""
-    if data[:4] != b"\x7fELF" or data[4] != 2:  # 64-bit only (amd64)
+    """True for an x86-64 ELF executable without a program interpreter (PT_INTERP): it runs in an empty image."""
+    x86_64 = 62  # e_machine EM_X86_64: the images are amd64
+    if data[:4] != b"\x7fELF" or len(data) < 64 or data[4] != 2 or int.from_bytes(data[18:20], "little") != x86_64:
         return False
     phoff = int.from_bytes(data[32:40], "little")
     phentsize, phnum = int.from_bytes(data[54:56], "little"), int.from_bytes(data[56:58], "little")
@@ -197,46 +209,6 @@ def build_busybox(out: Path, binary: Path = BUSYBOX) -> Image:
     digest = write_layout(out / "busybox", entries, {"Env": ["PATH=/bin"], "Cmd": ["sh"]},
                           f"Debian busybox-static {version}: /bin/busybox and {len(BUSYBOX_APPLETS)} applet links")
     return Image(BUSYBOX_REPOSITORY, version, out / "busybox", digest)
-
-
-CAP_NET_BIND_SERVICE = 10  # linux/capability.h
-
-
-def file_capability(*capabilities: int) -> bytes:
-    """The ``security.capability`` value ``setcap CAPS=+ep`` writes: ``struct vfs_cap_data`` revision 2 (magic
-    0x02000000 | VFS_CAP_FLAGS_EFFECTIVE), then permitted and inheritable words for capabilities 0-31 and 32-63,
-    little-endian. Ref: linux include/uapi/linux/capability.h (VFS_CAP_REVISION_2, struct vfs_cap_data)."""
-    permitted = sum(1 << c for c in capabilities)
-    words = (0x02000001, permitted & 0xFFFFFFFF, 0, permitted >> 32, 0)
-    return b"".join(w.to_bytes(4, "little") for w in words)
-
-
-def coredns_version(binary: Path) -> str:
-    """``coredns -version`` prints ``CoreDNS-1.15.0`` then the platform line (coremain/run.go showVersion)."""
-    try:
-        result = subprocess.run([str(binary), "-version"], capture_output=True, text=True, check=False, timeout=30)  # noqa: S603
-    except OSError as exc:
-        raise ImageError(f"{binary} does not run: {exc}") from None
-    first = result.stdout.splitlines()[0] if result.stdout else ""
-    if not first.startswith("CoreDNS-"):
-        raise ImageError(f"{binary} does not say its CoreDNS version: {first!r}")
-    return first.removeprefix("CoreDNS-")
-
-
-def build_coredns(binary: Path, out: Path) -> Image:
-    """The CoreDNS image as upstream's Dockerfile lays it out (v1.15.0): static binary, file capability, nonroot."""
-    if not binary.is_file():
-        raise ImageError(f"{binary} not found: run `tools/build.sh coredns`")
-    data = binary.read_bytes()
-    if not is_static_elf(data):
-        raise ImageError(f"{binary} is dynamically linked: the CoreDNS image holds only the binary (CGO_ENABLED=0)")
-    version = coredns_version(binary)
-    entries = [Entry("coredns", data, xattrs=(("security.capability", file_capability(CAP_NET_BIND_SERVICE)),))]
-    digest = write_layout(out / "coredns", entries,
-                          {"Entrypoint": ["/coredns"], "User": "65532:65532", "WorkingDir": "/",
-                           "ExposedPorts": {"53/tcp": {}, "53/udp": {}}},
-                          f"CoreDNS {version} (tools/build.sh coredns): /coredns, setcap cap_net_bind_service=+ep")
-    return Image(COREDNS_REPOSITORY, version, out / "coredns", digest)
 
 
 def build_node_images(pause_source: Path, out: Path) -> list[Image]:

@@ -26,6 +26,7 @@ from trainyard import chart_mirror
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.chart_release import ChartRelease
 from trainyard.project import Stack
+from trainyard.rehearsal import factory
 from trainyard.rehearsal.stack import InCluster
 from trainyard.supply import archive as fmt
 from trainyard.supply.airgap import chart_target, push_chart
@@ -95,20 +96,25 @@ def seed_lock(stack: Stack, in_cluster: InCluster) -> ImageLock:
     return seeded
 
 
-def push_images(config: PlatformConfig, in_cluster: InCluster, lock: ImageLock) -> Iterator[str]:
-    """The in-cluster controllers' images, built by the factory, pushed, and their digests added to ``lock``."""
-    raise MirrorError("the image factory is not merged yet (WIP: branch factory)")
-    yield ""
+def push_images(stack: Stack, config: PlatformConfig, in_cluster: InCluster, tools_dir: Path) -> Iterator[str]:
+    """The in-cluster controllers' images: built by the factory (or taken from its cache), pushed under the stack's
+    mirror names, and locked: the rehearsal's lock then holds the digests the registry reports for them."""
+    built = factory.build_controller_images(config, tools_dir, components=in_cluster.controllers)
+    factory.push_images(built, in_cluster.registry)
+    overlay = Stack(stack.name, stack.path, stack.root, config)
+    factory.lock_pushed(overlay, built, in_cluster.registry)
+    for image in built:
+        yield f"image {image.reference} ({'cached' if image.cached else 'built'})"
 
 
-def fill_mirror(stack: Stack, config: PlatformConfig, in_cluster: InCluster) -> Iterator[str]:
+def fill_mirror(stack: Stack, config: PlatformConfig, in_cluster: InCluster, tools_dir: Path) -> Iterator[str]:
     """Fill the loopback registry for the in-cluster stack ``config`` (the rehearsal overlay of ``stack``):
     the lock, the images the factory builds, the charts. Yields one line per thing done."""
     from trainyard.manifests import render_platform
 
     lock = seed_lock(stack, in_cluster)
     yield f"image lock {in_cluster.lock_file} (from {stack.config.images.lock_file}: {len(lock.entries)} entries)"
-    yield from push_images(config, in_cluster, lock)
+    yield from push_images(stack, config, in_cluster, tools_dir)
     rendered = render_platform(config, stack.root, stack.path.parent)
     for chart in push_charts(config, list(rendered.releases), in_cluster.registry):
         yield f"chart {chart.reference} (release {chart.release})"

@@ -49,7 +49,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainyard.rehearsal import dns, images, iptables, prerequisites
+from trainyard.rehearsal import dns, dns_image, images, iptables, prerequisites
 from trainyard.rehearsal.cluster import (
     HOST,
     SERVICE_CIDR,
@@ -394,9 +394,11 @@ class RealNode:
             found += self.proxy.problems()
         if self.network_policy:
             found += self.enforcer.problems()
-        if self.dns and self.proxy is None and not self.processes.running("kube-proxy"):
-            found.append("cluster DNS: its Service address needs kube-proxy on this machine (start this node or one "
-                         "before it with --proxy)")
+        if self.dns:
+            found += dns_image.missing_packages()
+            if self.proxy is None and not self.processes.running("kube-proxy"):
+                found.append("cluster DNS: its Service address needs kube-proxy on this machine (start this node or one "
+                             "before it with --proxy)")
         if self.host.find("ip") is not None:
             clash = self._subnet_clash()
             if clash:
@@ -432,7 +434,7 @@ class RealNode:
         self.registry.up()
         built = images.build_node_images(self.settings.share("kubelet") / "pause", layout.path("images"))
         if self.dns:
-            built.append(images.build_coredns(self.settings.binary("coredns"), layout.path("images")))
+            built.append(dns_image.build_coredns(self.settings.binary("coredns"), layout.path("images")))
         for image in built:
             images.push(image, self.registry.address)
         mirror = layout.path("containerd", "certs.d", images.MIRROR_HOST)

@@ -36,6 +36,14 @@ class Pki:
         self._issue("apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client")
         # The controllers' webhook servers: one serving certificate for 127.0.0.1, as envtest does.
         self._issue("webhook", "/CN=trainyard-rehearsal-webhooks", server=f"IP:{HOST},DNS:localhost")
+        # The aggregation layer (an APIService such as Kueue's visibility API): the API server proxies to the extension
+        # server as front-proxy-client and names the user in X-Remote-* headers, which the extension server trusts
+        # only from a client certificate of this CA (its own, as kubeadm makes it: a cluster client certificate must
+        # not be able to assert any user by header). Ref: kubernetes.io/docs/tasks/extend-kubernetes/configure-aggregation-layer/
+        if not self.path("front-proxy-ca.crt").exists():
+            self._openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "front-proxy-ca.key", "-out",
+                          "front-proxy-ca.crt", "-days", "3650", "-subj", "/CN=trainyard-local-front-proxy-ca")
+        self._issue("front-proxy-client", "/CN=front-proxy-client", ca="front-proxy-ca")
         if not self.path("sa.key").exists():
             self._openssl("genrsa", "-out", "sa.key", "2048")
             self._openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
@@ -57,7 +65,7 @@ class Pki:
         self._issue(name, subject, server=names)
         self.path(f"{name}.key").chmod(0o600)
 
-    def _issue(self, name: str, subject: str, server: str | None = None) -> None:
+    def _issue(self, name: str, subject: str, server: str | None = None, ca: str = "ca") -> None:
         if self.path(f"{name}.crt").exists():
             return
         ext = self.path(f"{name}.ext")
@@ -66,7 +74,7 @@ class Pki:
                        f"extendedKeyUsage={usage}\n" + (f"subjectAltName={server}\n" if server else ""))
         self._openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
                       "-subj", subject)
-        self._openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+        self._openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial",
                       "-out", f"{name}.crt", "-days", "3650", "-extfile", ext.name)
         self.path(f"{name}.csr").unlink()
 

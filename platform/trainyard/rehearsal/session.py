@@ -123,7 +123,7 @@ class Rehearsal:
         RealNode(self.settings, REAL_NODE, 0, proxy=True).up()
         print(f"==> real node {REAL_NODE} Ready in {time.monotonic() - start:.0f}s", flush=True)
         start = time.monotonic()
-        for line in fill_mirror(self.stack, self.config, self.in_cluster):
+        for line in fill_mirror(self.stack, self.config, self.in_cluster, self.settings.tools_dir):
             print(f"    {line}", flush=True)
         print(f"==> the rehearsal's mirror filled in {time.monotonic() - start:.0f}s", flush=True)
 

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Callable, Iterable
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -282,16 +283,24 @@ class SyncGroup:
     source: dict[str, Any]
 
 
+def _sync_source(image: BomImage) -> tuple[str, ImageRef] | None:
+    """(the destination directory skopeo syncs ``image`` into, its upstream), or None where nothing syncs it."""
+    if image.upstream is None:
+        return None
+    upstream, target = ImageRef.parse(image.upstream), ImageRef.parse(image.reference)
+    if posixpath.basename(target.repository) != posixpath.basename(upstream.repository):
+        return None  # skopeo keeps the last path part; a renamed image needs `skopeo copy` (never the case here)
+    return f"{target.registry}/{posixpath.dirname(target.repository)}".rstrip("/"), upstream
+
+
 def sync_groups(bom: Bom) -> list[SyncGroup]:
     """The images to copy from upstream into the mirror, grouped by destination directory."""
     grouped: dict[str, dict[str, dict[str, list[str]]]] = {}
     for image in bom.images:
-        if image.upstream is None:
+        found = _sync_source(image)
+        if found is None:
             continue
-        upstream, target = ImageRef.parse(image.upstream), ImageRef.parse(image.reference)
-        destination = f"{target.registry}/{posixpath.dirname(target.repository)}".rstrip("/")
-        if posixpath.basename(target.repository) != posixpath.basename(upstream.repository):
-            continue  # skopeo keeps the last path part; a renamed image needs `skopeo copy` (never the case here)
+        destination, upstream = found
         tags = grouped.setdefault(destination, {}).setdefault(upstream.registry, {}).setdefault(upstream.repository, [])
         if upstream.tag and upstream.tag not in tags:
             tags.append(upstream.tag)
@@ -304,14 +313,41 @@ def sync_groups(bom: Bom) -> list[SyncGroup]:
     return out
 
 
-def sync_commands(groups: list[SyncGroup]) -> str:
-    return "".join(f"skopeo sync --all --preserve-digests --src yaml --dest docker {g.file} {g.destination}\n"
-                   for g in groups)
+def sync_command(group: SyncGroup, endpoints: Mapping[str, str] | None = None) -> str:
+    """The ``skopeo sync`` line of one group. A destination whose registry host is in ``endpoints`` (``--endpoint
+    HOST=URL``, as for ``images lock``) is written to that address instead, e.g. ``trainyard.local/mirror/kueue`` ->
+    ``127.0.0.1:25000/mirror/kueue`` for the rehearsal's loopback registry; a plain-http endpoint gets
+    ``--dest-tls-verify=false`` (skopeo's switch for http and unverified TLS). Ref: containers/skopeo
+    docs/skopeo-sync.1.md (``--dest-tls-verify``)."""
+    host, _, path = group.destination.partition("/")
+    url = (endpoints or {}).get(host)
+    target, flags = group.destination, ""
+    if url:
+        split = urllib.parse.urlsplit(url)
+        target = "/".join(part for part in (split.netloc + split.path.rstrip("/"), path) if part)
+        flags = " --dest-tls-verify=false" if split.scheme == "http" else ""
+    return f"skopeo sync --all --preserve-digests{flags} --src yaml --dest docker {group.file} {target}"
 
 
-def to_sync_text(bom: Bom) -> str:
+def sync_commands(groups: list[SyncGroup], endpoints: Mapping[str, str] | None = None) -> str:
+    return "".join(f"{sync_command(g, endpoints)}\n" for g in groups)
+
+
+def sync_lines(bom: Bom, image: BomImage, groups: list[SyncGroup] | None = None) -> tuple[str, str] | None:
+    """Where ``trainyard bom STACK --format sync`` puts ``image``: (its entry, ``<file>: <registry> <repository>
+    [<tag>]``, and the ``skopeo sync`` line of that file exactly as printed); None where the sync list does not
+    carry it (no upstream: an image the platform builds and pushes itself)."""
+    source = _sync_source(image)
+    if source is None or source[1].tag is None:
+        return None
+    destination, upstream = source
+    group = next(g for g in (groups if groups is not None else sync_groups(bom)) if g.destination == destination)
+    return f"{group.file}: {upstream.registry} {upstream.repository} [{upstream.tag}]", sync_command(group)
+
+
+def to_sync_text(bom: Bom, endpoints: Mapping[str, str] | None = None) -> str:
     """The sync list as one text: each YAML file after a ``# file:`` line, then the commands."""
     groups = sync_groups(bom)
     parts = [f"# file: {g.file} (destination {g.destination})\n" + yaml.safe_dump(g.source, sort_keys=False)
              for g in groups]
-    return "\n".join(parts) + "\n# commands\n" + sync_commands(groups)
+    return "\n".join(parts) + "\n# commands\n" + sync_commands(groups, endpoints)

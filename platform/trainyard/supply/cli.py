@@ -6,7 +6,10 @@ writes a file, or for ``--format sync`` a directory with one YAML per destinatio
 stack uses and rewrites the lock (all or nothing: one image that cannot be resolved leaves the
 file untouched). ``images verify STACK`` lists placeholder and missing digests and images that render
 without a digest (``--render-charts``: in helm's output of every chart too): exit 1 on a stack that
-protects data, warnings only elsewhere.
+protects data, warnings only elsewhere; with ``--in-mirror`` it also runs the program's mirror check
+(``in_mirror.py``: every image the stack pulls asked of its registry), exit 1 with the program's message.
+Every command that asks a registry reaches its hosts through ``endpoints.registry_client``
+(``TRAINYARD_REGISTRY_ENDPOINTS``, then ``--endpoint``).
 
 Importing this module registers the subcommands with ``trainyard.cli``.
 """
@@ -22,17 +25,17 @@ from pathlib import Path
 
 import yaml
 
-from trainyard import yamlio
-from trainyard.cli import EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
-from trainyard.manifests import RenderedPlatform, image_lock, render_platform
-from trainyard.manifests.runtimes import containers_of
+from trainyard.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
+from trainyard.manifests import RenderedPlatform
 from trainyard.project import Stack, open_stack
-from trainyard.supply.bom import build_bom, lock_references, sync_commands, sync_groups, to_json, to_markdown, to_sync_text
+from trainyard.supply.bom import build_bom, sync_commands, sync_groups, to_json, to_markdown, to_sync_text
 from trainyard.supply.chart_images import ChartRenderer
+from trainyard.supply.endpoints import ENDPOINTS_ENV, EndpointError, parse_endpoint, registry_client
 from trainyard.supply.gate import unlocked_images
-from trainyard.supply.lock import ImageLock, LockEntry, LockFileError, placeholder_digest
-from trainyard.supply.reference import ImageRef, ReferenceError
-from trainyard.supply.registry import Credentials, RegistryClient, RegistryError, RegistryUnreachable
+from trainyard.supply.in_mirror import MirrorReport, mirror_report
+from trainyard.supply.lock import LockFileError
+from trainyard.supply.lock_refresh import refresh
+from trainyard.supply.registry import RegistryClient, RegistryError, RegistryUnreachable
 
 STACK_HELP = "stack name (prod = stacks/Pulumi.prod.yaml) or path"
 
@@ -62,17 +65,23 @@ def _cmd_bom(args: argparse.Namespace) -> int:
     rendered = stack.render()
     with _chart_renderer(stack, rendered, args.render_charts) as renderer:
         bom = build_bom(stack, rendered, renderer=renderer)
+    endpoints = _endpoints(args.endpoint)
+    if args.format != "sync" and endpoints:
+        raise UsageError("--endpoint: only --format sync (the destinations) and --export/--import reach a registry")
+    if any(url.startswith("http://") for url in endpoints.values()) and not args.insecure:
+        raise UsageError("--endpoint: a plain http endpoint needs --insecure (the sync commands then pass "
+                         "--dest-tls-verify=false to skopeo)")
     if args.format == "sync" and args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         groups = sync_groups(bom)
         for group in groups:
             (out / group.file).write_text(yaml.safe_dump(group.source, sort_keys=False), encoding="utf-8")
-        (out / "sync.sh").write_text("#!/bin/sh\nset -e\ncd \"$(dirname \"$0\")\"\n" + sync_commands(groups),
+        (out / "sync.sh").write_text("#!/bin/sh\nset -e\ncd \"$(dirname \"$0\")\"\n" + sync_commands(groups, endpoints),
                                      encoding="utf-8")
         print(f"wrote {len(groups)} skopeo sync files and sync.sh to {out}")
         return EXIT_OK
-    text = {"markdown": to_markdown, "json": to_json, "sync": to_sync_text}[args.format](bom)
+    text = to_sync_text(bom, endpoints) if args.format == "sync" else {"markdown": to_markdown, "json": to_json}[args.format](bom)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
     else:
@@ -97,8 +106,8 @@ def _cmd_bom_airgap(args: argparse.Namespace) -> int:
         raise UsageError(f"--from {args.source_prefix!r}: expected a registry prefix ending in '/' "
                          "(e.g. mirror.example.com/upstream/)")
     stack = open_stack(args.stack)
-    endpoints = _endpoints(args.endpoint)
-    client = RegistryClient(endpoints, Credentials.from_environment(), insecure=args.insecure)
+    client = _client(args.endpoint, args.insecure)
+    endpoints = dict(client.endpoints)
     try:
         if args.export:
             if args.crds_dir or args.expect_manifest:
@@ -124,7 +133,7 @@ def _cmd_bom_airgap(args: argparse.Namespace) -> int:
             if stack.config.charts.plain_http and mirror_host and mirror_host not in endpoints:
                 # The stack itself says its (loopback) chart mirror speaks plain HTTP.
                 charts_client = RegistryClient({**endpoints, mirror_host: f"http://{mirror_host}"},
-                                               client.credentials, insecure=True)
+                                               client.credentials, insecure=True, plain_http=client.plain_http)
             print(f"importing {archive.path} ({archive.manifest.get('stack')}, exported "
                   f"{archive.manifest.get('created')}; manifest sha256 {fmt.manifest_sha256(archive)})", file=sys.stderr)
             result = airgap.import_archive(archive, stack, client, charts_client,
@@ -153,113 +162,146 @@ def _cmd_bom_airgap(args: argparse.Namespace) -> int:
         return EXIT_VIOLATIONS
 
 
-def seeded_lock(stack: Stack, lock: ImageLock) -> ImageLock:
-    """``lock`` plus a placeholder for every runtime image it lacks, so a new image can be rendered, then locked."""
-    directory = stack.root / stack.config.runtimes.directory
-    seeded = lock
-    for name in stack.config.runtimes.approved:
-        try:
-            doc = yamlio.safe_load((directory / f"{name}.yaml").read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
-            continue  # the render reports the broken file
-        for _, container in containers_of(doc) if isinstance(doc, dict) else []:
-            try:
-                ref = ImageRef.parse(str(container.get("image", "")))
-            except ReferenceError:
-                continue
-            if ref.digest is None and seeded.entry(ref) is None:
-                seeded = seeded.with_entry(ref, LockEntry(placeholder_digest(str(ref)), "placeholder"))
-    return seeded
+def _client(endpoints: list[str], insecure: bool) -> RegistryClient:
+    """The registry client of a command: TRAINYARD_REGISTRY_ENDPOINTS, then its --endpoint flags (endpoints.py)."""
+    try:
+        return registry_client(endpoints, insecure)
+    except EndpointError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _endpoints(values: list[str]) -> dict[str, str]:
-    out = {}
-    for value in values:
-        host, sep, url = value.partition("=")
-        if not sep or not host or not url.startswith(("http://", "https://")):
-            raise UsageError(f"--endpoint {value!r}: expected HOST=http(s)://ADDRESS[:PORT]")
-        out[host] = url
-    return out
+    """The --endpoint flags alone (``bom --format sync`` writes to them; the environment's mapping is for asking)."""
+    try:
+        return dict(parse_endpoint(value) for value in values)
+    except EndpointError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _cmd_images_lock(args: argparse.Namespace) -> int:
     stack = open_stack(args.stack)
-    lock_path = Path(args.lock) if args.lock else None
-    config = stack.config
-    if lock_path is not None:
-        config = config.model_copy(update={"images": config.images.model_copy(update={"lock_file": str(lock_path.resolve())})})
+    if args.lock:
+        images = stack.config.images.model_copy(update={"lock_file": str(Path(args.lock).resolve())})
+        config = stack.config.model_copy(update={"images": images})
         stack = Stack(stack.name, stack.path, stack.root, config)
+    client = _client(args.endpoint, args.insecure)
     try:
-        lock = image_lock(config, stack.root)
+        result = refresh(stack, client, only=tuple(args.only_registry))
     except LockFileError as exc:
         raise UsageError(str(exc)) from None
-    path = lock.path or stack.root / config.images.lock_file
-    rendered = render_platform(config, stack.root, stack.path.parent, lock=seeded_lock(stack, lock))
-    bom = build_bom(stack, rendered)
-    client = RegistryClient(_endpoints(args.endpoint), Credentials.from_environment(), insecure=args.insecure)
-    upstream = {image.reference: image.upstream for image in bom.images}
-    updated, errors, changed = lock, [], 0
-    unreachable: dict[str, tuple[str, int]] = {}  # registry host -> (reason, images not resolved)
-    references = lock_references(bom)
-    for ref in references:
-        if ref.registry in unreachable:  # one unanswered host is enough: do not ask it again per image
-            reason, count = unreachable[ref.registry]
-            unreachable[ref.registry] = (reason, count + 1)
-            continue
-        try:
-            digest = client.digest(ref)
-        except RegistryUnreachable as exc:
-            unreachable[ref.registry] = (exc.reason, 1)
-            continue
-        except RegistryError as exc:
-            errors.append(str(exc))
-            continue
-        old = lock.entry(ref)
-        entry = LockEntry(digest, "registry", upstream.get(ref.tagged) or (old.upstream if old else None))
-        if old != entry:
-            changed += 1
-            print(f"{ref.tagged}: {old.digest if old else '(none)'} ({old.source if old else 'missing'}) -> {digest}")
-        updated = updated.with_entry(ref, entry)
-    if unreachable or errors:
-        print(f"error: {path}: not changed; {sum(n for _, n in unreachable.values()) + len(errors)} of "
-              f"{len(references)} images could not be resolved", file=sys.stderr)
-        for host, (reason, count) in sorted(unreachable.items()):
+    if args.only_registry and not result.asked:
+        raise UsageError(f"--only-registry {', '.join(args.only_registry)}: no image of {stack.name} is under "
+                         f"{'that host' if len(args.only_registry) == 1 else 'those hosts'} (its images are under "
+                         f"{', '.join(sorted({ref.registry for ref in result.kept}))})")
+    for ref, old, entry in result.changes:
+        print(f"{ref.tagged}: {old.digest if old else '(none)'} ({old.source if old else 'missing'}) -> {entry.digest}")
+    if not result.ok:
+        print(f"error: {result.path}: not changed; {result.unresolved} of {len(result.asked)} images could not be "
+              "resolved", file=sys.stderr)
+        for host, (reason, count) in sorted(result.unreachable.items()):
             print(f"  registry {host} cannot be reached ({reason}): {count} images not resolved", file=sys.stderr)
-        for error in errors:
+        for error in result.errors:
             print(f"  {error}", file=sys.stderr)
-        if unreachable:
-            hosts = sorted(unreachable)
+        if result.unreachable:
+            hosts = sorted(result.unreachable)
             print(f"hint: ask a reachable copy of the mirror: trainyard images lock {args.stack} --endpoint "
                   f"{hosts[0]}=https://HOST:PORT (--insecure for plain http); fill the mirror first with "
                   f"trainyard bom {args.stack} --format sync --out DIR (then run DIR/sync.sh)", file=sys.stderr)
         return EXIT_VIOLATIONS
-    path.write_text(updated.dump(), encoding="utf-8")
-    print(f"{path}: {len(lock_references(bom))} images of {stack.name} locked from the registry ({changed} changed)")
+    result.path.write_text(result.lock.dump(), encoding="utf-8")
+    kept = f"; {len(result.kept)} images outside {', '.join(args.only_registry)} kept as they were" if result.kept else ""
+    print(f"{result.path}: {len(result.asked)} images of {stack.name} locked from the registry "
+          f"({len(result.changes)} changed){kept}")
     return EXIT_OK
 
 
 def _cmd_images_verify(args: argparse.Namespace) -> int:
     stack = open_stack(args.stack)
+    if (args.endpoint or args.insecure) and not args.in_mirror:
+        raise UsageError("--endpoint and --insecure belong to --in-mirror (the lock checks ask no registry)")
+    client = _client(args.endpoint, args.insecure) if args.in_mirror else None
     rendered = stack.render()
     with _chart_renderer(stack, rendered, args.render_charts) as renderer:
         found = unlocked_images(stack, renderer, rendered)
+        # The program's mirror check (images.verify_in_mirror), the same images and the same message.
+        mirror = mirror_report(stack, client, rendered, renderer) if client is not None else None
     errors = sum(p.error for p in found)
+    failed = bool(errors) or (mirror is not None and not mirror.ok)
+    code = EXIT_VIOLATIONS if failed else EXIT_OK
     if args.format == "json":
-        print(json.dumps({"schema": "trainyard.images-verify/v1", "stack": stack.name, "ok": not errors,
-                          "exit_code": EXIT_VIOLATIONS if errors else EXIT_OK,
-                          "protect_data": stack.config.lifecycle.protect_data, "errors": errors,
-                          "warnings": len(found) - errors,
-                          "problems": [{"reference": p.reference, "status": p.status,
-                                        "severity": "error" if p.error else "warning", "message": p.message,
-                                        "where": p.where or None}
-                                       for p in found]}, indent=2, sort_keys=True))
-        return EXIT_VIOLATIONS if errors else EXIT_OK
+        doc = {"schema": "trainyard.images-verify/v1", "stack": stack.name, "ok": not failed, "exit_code": code,
+               "protect_data": stack.config.lifecycle.protect_data, "errors": errors,
+               "warnings": len(found) - errors,
+               "problems": [{"reference": p.reference, "status": p.status,
+                             "severity": "error" if p.error else "warning", "message": p.message,
+                             "where": p.where or None}
+                            for p in found]}
+        if mirror is not None:
+            doc["in_mirror"] = _mirror_json(mirror)
+        print(json.dumps(doc, indent=2, sort_keys=True))
+        return code
     for problem in found:
         print(f"{'error' if problem.error else 'warning'}: {problem.message}", file=sys.stderr)
     print(f"{stack.name}: {errors} errors, {len(found) - errors} warnings"
           + (" (stack protects data: placeholder and missing digests and images without one are refused)"
              if stack.config.lifecycle.protect_data else " (stack does not protect data: placeholders only warn)"))
-    return EXIT_VIOLATIONS if errors else EXIT_OK
+    if mirror is not None:
+        if not mirror.ok:
+            print(f"error: {mirror.message}", file=sys.stderr)
+        print(f"in the mirror: {mirror.summary()}")
+    return code
+
+
+def _mirror_json(report: MirrorReport) -> dict[str, object]:
+    return {"ok": report.ok, "images": len(report.images), "registries": report.registries,
+            "seconds": round(report.seconds, 3), "message": None if report.ok else report.message,
+            "missing": [{"reference": str(m.image.ref), "url": m.url, "where": list(m.image.where),
+                         "tag_digest": m.tag_digest, "sync": list(m.image.sync) if m.image.sync else None}
+                        for m in report.missing],
+            "unchecked": [{"host": h.host, "endpoint": h.endpoint, "reason": h.reason, "images": h.images,
+                           "unreachable": h.unreachable} for h in report.unchecked],
+            "errors": report.errors}
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def _cmd_images_build(args: argparse.Namespace) -> int:
+    """``images build STACK``: the rehearsal's image factory (``rehearsal/factory.py``), then push and lock."""
+    import time
+
+    from trainyard.rehearsal import factory
+    from trainyard.rehearsal.images import ImageError
+    from trainyard.rehearsal.settings import Settings
+
+    if args.lock and not args.push:
+        raise UsageError("--lock needs --push: the lock takes the digests the registry serves")
+    if args.push and args.push.rsplit(":", 1)[0] not in LOOPBACK_HOSTS:
+        raise UsageError(f"--push {args.push}: the factory pushes over plain http to a loopback registry only "
+                         "(127.0.0.1:PORT, e.g. the real nodes' registry)")
+    stack = open_stack(args.stack)
+    try:
+        started = time.monotonic()
+        built = factory.build_controller_images(stack.config, Settings.from_env().tools_dir,
+                                                Path(args.cache) if args.cache else None, args.component or factory.COMPONENTS)
+        for image in built:
+            print(f"{image.reference} ({'cached' if image.cached else 'built'}: {image.layout})")
+        print(f"built {len(built)} images in {time.monotonic() - started:.1f}s", file=sys.stderr)
+        if args.push:
+            started = time.monotonic()
+            factory.push_images(built, args.push)
+            print(f"pushed to {args.push} in {time.monotonic() - started:.1f}s", file=sys.stderr)
+            endpoints = " ".join(f"--endpoint {e}" for e in factory.endpoint_argument(built, args.push))
+            if args.lock:
+                result = factory.lock_pushed(stack, built, args.push)
+                print(f"{result.path}: {len(result.asked)} images locked from {args.push} ({len(result.changes)} changed)")
+            else:
+                hosts = " ".join(f"--only-registry {h}" for h in sorted({b.target.registry for b in built}))
+                print(f"next: trainyard images lock {args.stack} {hosts} {endpoints} --insecure")
+    except ImageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_OK
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -283,7 +325,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     gap.add_argument("--expect-manifest", metavar="SHA256",
                      help="with --import: refuse unless the archive's manifest has this sha256 (printed by --export)")
     gap.add_argument("--endpoint", action="append", default=[], metavar="HOST=URL",
-                     help="reach registry HOST at URL (e.g. registry.example.com=http://127.0.0.1:5000); repeatable")
+                     help="reach registry HOST at URL (e.g. registry.example.com=http://127.0.0.1:5000), over "
+                          f"{ENDPOINTS_ENV}; repeatable; with --format sync: the sync commands write to URL")
     gap.add_argument("--insecure", action="store_true", help="allow plain http endpoints and unverified TLS")
     bom.set_defaults(func=_cmd_bom)
 
@@ -296,10 +339,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                                           f"${'{'}TRAINYARD_REGISTRY_PASSWORD{'}'}.")
     lock.add_argument("stack", metavar="STACK", help=STACK_HELP)
     lock.add_argument("--endpoint", action="append", default=[], metavar="HOST=URL",
-                      help="ask URL for registry HOST (e.g. registry.example.com=http://127.0.0.1:5000); repeatable")
+                      help="ask URL for registry HOST (e.g. registry.example.com=http://127.0.0.1:5000), over "
+                           f"{ENDPOINTS_ENV}; repeatable")
     lock.add_argument("--insecure", action="store_true", help="allow plain http endpoints and unverified TLS")
     lock.add_argument("--lock", metavar="FILE", help="lock file to write (default: the stack's images.lock_file)")
+    lock.add_argument("--only-registry", action="append", default=[], metavar="HOST",
+                      help="ask only for the images under registry HOST (e.g. the mirror host the rehearsal's image "
+                           "factory filled); the other entries are kept as they are; repeatable")
     lock.set_defaults(func=_cmd_images_lock)
+    build = actions.add_parser(
+        "build", help="build Kueue's, JobSet's and Trainer's controller images here, named under the stack's mirror",
+        description="The rehearsal's image factory (docs/supply-chain.md, \"The image factory\"): the controller images "
+                    "from the binaries tools/build.sh built, laid out as upstream's Dockerfiles, cached by content; "
+                    "optionally pushed to a loopback registry and locked.")
+    build.add_argument("stack", metavar="STACK", help=STACK_HELP + " (with images.registry_mirror)")
+    build.add_argument("--component", action="append", choices=("kueue", "jobset", "trainer"),
+                       help="only this controller's image (repeatable; default all three)")
+    build.add_argument("--cache", metavar="DIR", help="layout cache (default $TRAINYARD_IMAGE_CACHE or "
+                                                      "$XDG_CACHE_HOME/trainyard/images)")
+    build.add_argument("--push", metavar="HOST:PORT", help="push to this plain-http loopback registry under the mirror names")
+    build.add_argument("--lock", action="store_true",
+                       help="with --push: fill the stack's lock for the mirror host from that registry")
+    build.set_defaults(func=_cmd_images_build)
     verify = actions.add_parser("verify", help="list placeholder and missing digests and images rendered without one "
                                                "(exit 1 where the stack protects data)")
     verify.add_argument("stack", metavar="STACK", help=STACK_HELP)
@@ -307,6 +368,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="also scan `helm template` of every chart with the stack's values (needs helm)")
     verify.add_argument("--format", choices=("text", "json"), default="text",
                         help="text (default) or json (trainyard.images-verify/v1); the exit code is the same")
+    verify.add_argument("--in-mirror", action="store_true",
+                        help="also ask each registry for every image the stack pulls, by the lock's digest (the "
+                             "program's images.verify_in_mirror check): exit 1 naming each missing image and its "
+                             "sync line")
+    verify.add_argument("--endpoint", action="append", default=[], metavar="HOST=URL",
+                        help=f"with --in-mirror: ask URL for registry HOST (over {ENDPOINTS_ENV}); repeatable")
+    verify.add_argument("--insecure", action="store_true",
+                        help="with --in-mirror: allow plain http endpoints and unverified TLS")
     verify.set_defaults(func=_cmd_images_verify)
 
 

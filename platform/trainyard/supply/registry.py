@@ -12,12 +12,18 @@ the target holds; upload as ``POST /v2/<name>/blobs/uploads/`` then one monolith
 which the registry itself verifies). Redirects (blob stores) are followed by hand, without the registry's
 ``Authorization`` header when they leave its host.
 
+Presence (``images verify --in-mirror``, the program's mirror check): ``GET /v2/`` once per registry (any
+HTTP answer means the host is there; the API version check, end-1 of the spec), then ``HEAD
+/v2/<name>/manifests/<digest or tag>`` per image: 200 present, 404 not (``MANIFEST_UNKNOWN`` or
+``NAME_UNKNOWN``); a registry that does not answer HEAD with either is asked with a GET.
+
 Authentication follows the registry's challenge (``WWW-Authenticate`` on a 401): ``Bearer`` (token from
 the realm, for ``repository:<name>:pull`` or ``:pull,push``, with basic credentials where given) or
 ``Basic``. Credentials come from the environment only: ``TRAINYARD_REGISTRY_USERNAME`` and
 ``TRAINYARD_REGISTRY_PASSWORD``. They are never logged or written anywhere.
 
 Ref: https://github.com/opencontainers/distribution-spec/blob/main/spec.md#pulling-manifests
+Ref: https://github.com/opencontainers/distribution-spec/blob/main/spec.md#checking-if-content-exists-in-the-registry
 Ref: https://github.com/opencontainers/distribution-spec/blob/main/spec.md#pushing-blobs ("POST then PUT")
 Ref: https://github.com/opencontainers/distribution-spec/blob/main/spec.md#pushing-manifests
 Ref: https://distribution.github.io/distribution/spec/auth/token/ (the bearer token flow)
@@ -109,19 +115,44 @@ class RegistryClient:
 
     ``endpoints`` maps a registry host to the base URL to ask instead (``registry.example.com`` ->
     ``http://127.0.0.1:5000``: a loopback copy of the mirror, or a pull-through proxy). Plain
-    ``http`` and unverified TLS are allowed only with ``insecure``.
+    ``http`` and unverified TLS are allowed only with ``insecure``, or plain ``http`` to the addresses in
+    ``plain_http`` (``host:port``: the loopback endpoints ``TRAINYARD_REGISTRY_ENDPOINTS`` names, ``endpoints.py``).
     """
 
     endpoints: Mapping[str, str] = field(default_factory=dict)
     credentials: Credentials | None = None
     insecure: bool = False
+    plain_http: frozenset[str] = frozenset()
     _tokens: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    _context: ssl.SSLContext | None = None
 
     def base_url(self, registry: str) -> str:
         base = self.endpoints.get(registry) or f"https://{DOCKER_HUB_API if registry == DOCKER_HUB else registry}"
-        if base.startswith("http://") and not self.insecure:
+        if base.startswith("http://") and not self._plain_http_allowed(base):
             raise RegistryError(f"{registry}: endpoint {base} is plain http; pass --insecure to allow it")
         return base.rstrip("/")
+
+    def _plain_http_allowed(self, url: str) -> bool:
+        return self.insecure or urllib.parse.urlsplit(url).netloc in self.plain_http
+
+    def ping(self, registry: str) -> int:
+        """``GET /v2/`` of ``registry``: the HTTP status (200, or 401 where it wants credentials: there all the
+        same); ``RegistryUnreachable`` where nothing answers."""
+        url = f"{self.base_url(registry)}/v2/"
+        return self._send("GET", url, {})[0]
+
+    def has_manifest(self, ref: ImageRef, reference: str) -> bool:
+        """Whether ``ref``'s repository serves the manifest ``reference`` (a digest or a tag): ``HEAD``, then
+        ``GET`` where the HEAD answers neither 200 nor 404. ``RegistryError`` for any other answer."""
+        url = self._url(ref, "manifests", reference)
+        for method in ("HEAD", "GET"):
+            status, _, _ = self._call(method, url, ref, accept=MANIFEST_TYPES, missing_ok=True)
+            if status in (200, 404):
+                return status == 200
+        raise RegistryError(f"{ref}: {url}: HTTP {status}")
+
+    def manifest_url(self, ref: ImageRef, reference: str) -> str:
+        return self._url(ref, "manifests", reference)
 
     def _url(self, ref: ImageRef, kind: str, reference: str) -> str:
         return f"{self.base_url(ref.registry)}/v2/{ref.repository}/{kind}/{reference}"
@@ -267,15 +298,21 @@ class RegistryClient:
             raise RegistryError(f"{ref}: token endpoint {params['realm']} gave no token")
         return f"Bearer {token}"
 
+    def _tls(self) -> ssl.SSLContext:
+        """One TLS context per client: building one loads the system's CA bundle (tens of ms), once per request
+        would be most of the time a presence check of ~40 images takes."""
+        if self._context is None:
+            self._context = ssl._create_unverified_context() if self.insecure else ssl.create_default_context()  # noqa: S323
+        return self._context
+
     def _send(self, method: str, url: str, headers: Mapping[str, str], body: bytes | IO[bytes] | None = None,
               sink: Callable[[bytes], None] | None = None) -> tuple[int, dict[str, str], bytes]:
         if not url.startswith(("https://", "http://")):
             raise RegistryError(f"{url}: only http(s) URLs are asked")
-        if url.startswith("http://") and not self.insecure:
+        if url.startswith("http://") and not self._plain_http_allowed(url):
             raise RegistryError(f"{url}: plain http; pass --insecure to allow it")
         request = urllib.request.Request(url, data=body, method=method, headers=dict(headers))  # noqa: S310 - scheme checked above
-        context = ssl._create_unverified_context() if self.insecure else ssl.create_default_context()  # noqa: S323
-        opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _NoRedirect())
+        opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=self._tls()), _NoRedirect())
         try:
             with opener.open(request, timeout=TIMEOUT_SECONDS) as response:
                 response_headers = {k.lower(): v for k, v in response.headers.items()}

@@ -1,0 +1,288 @@
+"""The image factory: the Kueue, JobSet and Trainer controller images, built here and pushed under a stack's mirror names.
+
+No container registry is reachable, so the images the controllers' charts pull are made on this machine, as an
+air-gapped site fills its own mirror. Each is laid out as its upstream Dockerfile lays it out, on a base of
+distroless ``static:nonroot``'s files (``rehearsal/base_layer.py``):
+
+- ``kueue/kueue``: binary ``kueue`` (sigs.k8s.io/kueue ``./cmd/kueue``); sigs.k8s.io/kueue@v0.19.2:Dockerfile:17-21
+  (``WORKDIR /``, ``USER 65532:65532``, ``ENTRYPOINT ["/manager"]``, ``COPY ... /manager``).
+- ``jobset/jobset``: binary ``jobset-controller`` (sigs.k8s.io/jobset ``main.go``); sigs.k8s.io/jobset@v0.12.0:
+  Dockerfile:22-27, the same.
+- ``kubeflow/trainer/trainer-controller-manager``: binary ``trainer-controller-manager``
+  (``./cmd/trainer-controller-manager``); github.com/kubeflow/trainer/v2@v2.3.0:cmd/trainer-controller-manager/
+  Dockerfile:31-34: ``/manager``, ``WORKDIR /``, no ``USER`` (the base's ``65532``).
+
+The binaries are ``tools/build.sh``'s (CGO_ENABLED=0, -trimpath, the upstream Makefiles' -X version flags).
+Every chart runs ``command: [/manager]`` (kueue 0.19.2 templates/manager/manager.yaml:59, jobset 0.12.0
+templates/controller/deployment.yaml:50, kubeflow-trainer 2.3.0 templates/manager/deployment.yaml:53), with
+``runAsNonRoot: true`` (Kueue, Trainer): the image's user must be a non-zero number, as 65532 is.
+
+An image is two layers: the base (shared, the same digest in all three) and the binary at ``/manager`` (0755,
+root-owned, as ``COPY`` leaves it). Layers are uncompressed tars written by ``images.write_image`` (sorted, mtime 0,
+numeric owners, epoch ``created``), so the same binary and base files give the same digest on any machine. Only a
+static x86-64 ELF is accepted (no libc in the image), and only the version the stack pins (``share/<tool>/VERSION``,
+which ``tools/build.sh`` writes, must be the catalog image's tag).
+
+Names: ``<images.registry_mirror><upstream repository>:<upstream tag>``, through the very functions the charts' values
+use (``manifests.installs.upstream_image`` and ``supply.reference.mirrored``), so what is pushed is what the stack
+renders. A stack without a mirror is refused: an image built here is not upstream's and must not carry its name.
+
+Cache: a built layout is kept under ``$TRAINYARD_IMAGE_CACHE`` (default ``$XDG_CACHE_HOME/trainyard/images``) in a
+directory named by a hash of everything it is made of (every entry's path, mode, owner and content hash, the
+config, the history lines, the layout format), written to a temporary directory and renamed, so a second build of
+the same inputs only hashes the binaries. Push: ``supply.registry.RegistryClient`` (blobs the registry lacks, then the
+manifest under the tag; the registry verifies every digest), the mirror host mapped to the loopback registry.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from trainyard.config.model import PlatformConfig
+from trainyard.manifests.installs import upstream_image
+from trainyard.project import Stack
+from trainyard.rehearsal.base_layer import ENV, base_layer
+from trainyard.rehearsal.images import MANIFEST, Entry, ImageError, Layer, is_static_elf, write_image
+from trainyard.supply.lock import DEFAULT_LOCK_FILE, LockFileError
+from trainyard.supply.lock_refresh import LockRefresh, refresh
+from trainyard.supply.reference import ImageRef, mirrored
+from trainyard.supply.registry import FetchedManifest, RegistryClient, RegistryError, RegistryUnreachable
+
+ENTRYPOINT = "/manager"
+# Bumped whenever write_image or the recipe changes how the same inputs are laid out (a new cache key).
+LAYOUT_FORMAT = "trainyard.factory/v1"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one controller image is made: which binary, and what its upstream Dockerfile sets."""
+
+    component: str  # the catalog component (``versions.<component>``)
+    tool: str  # tools/build.sh's tool: the binary's version is in share/<tool>/VERSION
+    binary: str  # under tools/bin
+    module: str
+    package: str
+    user: str  # the Dockerfile's USER, or the base's
+
+
+RECIPES = (
+    Recipe("kueue", "kueue", "kueue", "sigs.k8s.io/kueue", "./cmd/kueue", "65532:65532"),
+    Recipe("jobset", "jobset", "jobset-controller", "sigs.k8s.io/jobset", ".", "65532:65532"),
+    # No USER in Trainer's Dockerfile: distroless static:nonroot's user is "65532" (static/static.bzl, user = "%d" % uid).
+    Recipe("trainer", "trainer", "trainer-controller-manager", "github.com/kubeflow/trainer/v2",
+           "./cmd/trainer-controller-manager", "65532"),
+)
+COMPONENTS = tuple(recipe.component for recipe in RECIPES)
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    """A controller image as an OCI layout: the name it is pushed under, and its manifest digest."""
+
+    component: str
+    target: ImageRef  # <mirror><upstream repository>:<tag>
+    upstream: ImageRef
+    layout: Path
+    digest: str
+    cached: bool  # the layout came from the cache
+
+    @property
+    def reference(self) -> str:
+        """What the stack renders once the lock holds this image's digest."""
+        return f"{self.target.tagged}@{self.digest}"
+
+
+def cache_root() -> Path:
+    given = os.environ.get("TRAINYARD_IMAGE_CACHE")
+    if given:
+        return Path(given)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainyard" / "images"
+
+
+def targets(config: PlatformConfig, components: Iterable[str] = COMPONENTS) -> dict[str, ImageRef]:
+    """The name each controller image is pushed under: what the stack's charts pull (before the lock's digest)."""
+    if config.images.registry_mirror is None:
+        raise ImageError("the stack has no images.registry_mirror: the factory's images are pushed under a mirror's "
+                         "names only (an image built here is not upstream's and must not be named as it)")
+    return {component: mirrored(upstream_image(config, component), config.images.registry_mirror)
+            for component in components}
+
+
+def controller_binary(tools_dir: Path, recipe: Recipe, tag: str) -> bytes:
+    """The binary tools/build.sh built for ``recipe``, refused unless it is a static x86-64 ELF of version ``tag``."""
+    path = tools_dir / "bin" / recipe.binary
+    if not path.is_file():
+        raise ImageError(f"{path} not found: build it with `tools/build.sh {recipe.tool}` (or `make cluster-tools`)")
+    version_file = tools_dir / "share" / recipe.tool / "VERSION"
+    built = version_file.read_text(encoding="utf-8").strip() if version_file.is_file() else None
+    if built != tag:
+        raise ImageError(f"{path} was built from {recipe.module}@{built or '? (no ' + str(version_file) + ')'}, "
+                         f"but the stack pins {tag}: the image's tag must be the binary's version "
+                         f"(tools/build.sh {recipe.tool} builds the version pinned there)")
+    data = path.read_bytes()
+    if not is_static_elf(data):
+        raise ImageError(f"{path} is not a static x86-64 ELF executable (it needs a program interpreter, or is not "
+                         "amd64 ELF at all): the controller image has no libc; build it with CGO_ENABLED=0 "
+                         f"(tools/build.sh {recipe.tool} does)")
+    return data
+
+
+def image_config(recipe: Recipe, upstream: ImageRef) -> dict[str, object]:
+    """The image's runtime config: the Dockerfile's ENTRYPOINT, USER and WORKDIR on the base's environment."""
+    return {
+        "Entrypoint": [ENTRYPOINT], "Env": list(ENV), "User": recipe.user, "WorkingDir": "/",
+        "Labels": {"org.opencontainers.image.version": str(upstream.tag),
+                   "dev.trainyard.built-from": f"{recipe.module}@{upstream.tag} {recipe.package}",
+                   "dev.trainyard.upstream-image": str(upstream)},
+    }
+
+
+def binary_layer(recipe: Recipe, binary: bytes, tag: str) -> Layer:
+    return Layer((Entry(ENTRYPOINT.lstrip("/"), binary, mode=0o755),),
+                 f"COPY {ENTRYPOINT}: {recipe.binary} built by tools/build.sh from {recipe.module}@{tag} "
+                 f"{recipe.package} (CGO_ENABLED=0, -trimpath)")
+
+
+def input_key(layers: Sequence[Layer], config: dict[str, object]) -> str:
+    """A hash of everything the layout is made of: equal keys, byte-identical layouts."""
+    doc = {"format": LAYOUT_FORMAT, "config": config,
+           "layers": [{"created_by": layer.created_by,
+                       "entries": [[e.path, e.mode, e.uid, e.gid, e.link,
+                                    None if e.data is None else hashlib.sha256(e.data).hexdigest()]
+                                   for e in sorted(layer.entries, key=lambda e: e.path)]}
+                      for layer in layers]}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def layout_digest(layout: Path) -> str | None:
+    """The manifest digest of a complete layout (every blob its manifest names present, of its size), else None."""
+    try:
+        index = json.loads((layout / "index.json").read_text(encoding="utf-8"))
+        digest = str(index["manifests"][0]["digest"])
+        blobs = layout / "blobs" / "sha256"
+        manifest_bytes = (blobs / digest.removeprefix("sha256:")).read_bytes()
+        if "sha256:" + hashlib.sha256(manifest_bytes).hexdigest() != digest:
+            return None
+        manifest = json.loads(manifest_bytes)
+        for descriptor in [manifest["config"], *manifest["layers"]]:
+            if (blobs / str(descriptor["digest"]).removeprefix("sha256:")).stat().st_size != descriptor["size"]:
+                return None
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+    return digest
+
+
+def cached_layout(cache: Path, layers: Sequence[Layer], config: dict[str, object]) -> tuple[Path, str, bool]:
+    """The layout of ``layers`` + ``config`` from ``cache`` (built there first when absent): (path, digest, was cached)."""
+    final = cache / input_key(layers, config)
+    digest = layout_digest(final)
+    if digest is not None:
+        return final, digest, True
+    cache.mkdir(parents=True, exist_ok=True)
+    temporary = cache / f".tmp-{final.name[:16]}-{os.getpid()}"
+    digest = write_image(temporary, layers, config)
+    shutil.rmtree(final, ignore_errors=True)  # an incomplete entry (a crash, a full disk) is rebuilt
+    try:
+        os.replace(temporary, final)
+    except OSError:  # another build wrote the same entry meanwhile: same inputs, same bytes
+        shutil.rmtree(temporary, ignore_errors=True)
+    return final, digest, False
+
+
+def build_controller_images(config: PlatformConfig, tools_dir: Path, cache: Path | None = None,
+                            components: Iterable[str] = COMPONENTS, root: Path = Path("/")) -> list[BuiltImage]:
+    """Build (or take from the cache) the controller images of ``components`` at the stack's versions.
+
+    ``root`` is where the Debian packages of the base layer are read (``/``; tests use a fake tree).
+    """
+    wanted = list(components)
+    unknown = sorted(set(wanted) - set(COMPONENTS))
+    if unknown:
+        raise ImageError(f"no image recipe for {', '.join(unknown)} (the factory builds {', '.join(COMPONENTS)})")
+    names = targets(config, wanted)
+    base = base_layer(root)
+    out = []
+    for recipe in (r for r in RECIPES if r.component in wanted):
+        upstream = upstream_image(config, recipe.component)
+        tag = str(upstream.tag)
+        layers = [base, binary_layer(recipe, controller_binary(tools_dir, recipe, tag), tag)]
+        layout, digest, cached = cached_layout(cache or cache_root(), layers, image_config(recipe, upstream))
+        out.append(BuiltImage(recipe.component, names[recipe.component], upstream, layout, digest, cached))
+    return out
+
+
+def loopback_client(images: Iterable[BuiltImage], registry: str) -> RegistryClient:
+    """A client that reaches every mirror host of ``images`` at the plain-http loopback registry ``registry`` (host:port)."""
+    return RegistryClient({host: f"http://{registry}" for host in {image.target.registry for image in images}},
+                          insecure=True)
+
+
+def _open_blob(path: Path) -> IO[bytes]:
+    return path.open("rb")
+
+
+def push_images(images: Sequence[BuiltImage], registry: str) -> None:
+    """Push each layout under its target name to the loopback registry at ``registry``; the registry must report the
+    built digest."""
+    client = loopback_client(images, registry)
+    for image in images:
+        blobs = image.layout / "blobs" / "sha256"
+        manifest = (blobs / image.digest.removeprefix("sha256:")).read_bytes()
+        parsed = json.loads(manifest)
+        try:
+            for descriptor in [parsed["config"], *parsed["layers"]]:
+                digest, size = str(descriptor["digest"]), int(descriptor["size"])
+                if not client.has_blob(image.target, digest):
+                    client.push_blob(image.target, digest, size,
+                                     functools.partial(_open_blob, blobs / digest.removeprefix("sha256:")))
+            reported = client.push_manifest(image.target, str(image.target.tag), FetchedManifest(MANIFEST, manifest))
+        except RegistryUnreachable as exc:
+            raise ImageError(f"no registry answers at {registry} ({exc.reason}): the loopback registry runs with a "
+                             "real node (`trainyard cluster node-up`)") from None
+        except RegistryError as exc:
+            raise ImageError(f"pushing {image.target} to {registry}: {exc}") from None
+        if reported != image.digest:
+            raise ImageError(f"{registry} stored {image.target} as {reported}, the built image is {image.digest}")
+
+
+def lock_pushed(stack: Stack, images: Sequence[BuiltImage], registry: str) -> LockRefresh:
+    """Fill ``stack``'s image lock with what the loopback registry serves under the mirror host(s) of ``images`` and
+    write it: what ``trainyard images lock STACK --only-registry HOST --endpoint HOST=http://REGISTRY --insecure``
+    does. A lock file that does not exist yet starts as a copy of the project's lock, so every other image (the
+    runtimes') keeps its entry and the stack renders. Raises ImageError when the registry does not serve exactly the
+    built digests."""
+    path = Path(stack.config.images.lock_file)
+    path = path if path.is_absolute() else stack.root / path
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(stack.root / DEFAULT_LOCK_FILE, path)
+    hosts = sorted({image.target.registry for image in images})
+    try:
+        result = refresh(stack, loopback_client(images, registry), only=hosts)
+    except LockFileError as exc:
+        raise ImageError(str(exc)) from None
+    if not result.ok:
+        reasons = [*result.errors, *(f"{host}: {why}" for host, (why, _) in result.unreachable.items())]
+        raise ImageError(f"{path}: not changed, {result.unresolved} images under {', '.join(hosts)} not resolved at "
+                         f"{registry}:\n  " + "\n  ".join(reasons))
+    for image in images:
+        entry = result.lock.entry(image.target)
+        if entry is None or entry.digest != image.digest:
+            raise ImageError(f"{registry} serves {image.target} as {entry.digest if entry else 'nothing'}, "
+                             f"the built image is {image.digest}")
+    path.write_text(result.lock.dump(), encoding="utf-8")
+    return result
+
+
+def endpoint_argument(images: Iterable[BuiltImage], registry: str) -> list[str]:
+    """The ``--endpoint HOST=URL`` arguments with which ``trainyard images lock`` / ``bom --format sync`` reach the
+    loopback registry under the mirror host (with ``--insecure``: it speaks plain http)."""
+    return [f"{host}=http://{registry}" for host in sorted({image.target.registry for image in images})]
