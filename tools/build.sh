@@ -40,19 +40,19 @@ ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueu
 # Cold build cost, most first (CPU-seconds on a 2-core machine, docs/tools.md "Cold and warm"): the
 # order -j N starts them in. pulumi-kubernetes compiles one huge package on one core for ~15 min, so
 # with -j 2 the rest build beside it.
-BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kubelet pulumi kueue trainer kwok promtool kube-router jobset helm etcd kind crane)
+BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kubelet pulumi kueue trainer kwok promtool kube-router coredns jobset helm etcd kind crane)
 # What `trainyard cluster up`, `make up` and the cluster tier need (the control plane, the engine and its
 # provider, the controllers, kwok; crane for the destroy test's registry). CI builds these first, beside
 # `make test`, and the rest (seaweedfs, promtool, kind) beside the cluster tier (.ci/run).
 CLUSTER_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes kueue jobset trainer kwok crane)
 # What a real rehearsal node needs besides the control plane (docs/rehearsal.md "Real nodes"): the kubelet
-# and kube-proxy, kube-router (its network policy controller only: NetworkPolicy enforcement), and crane for
-# the loopback registry its images are pulled from. containerd, runc, the CNI plugins, iptables and ipset come
+# and kube-proxy, kube-router (its network policy controller only: NetworkPolicy enforcement), CoreDNS (the
+# cluster DNS its pods query), and crane for the loopback registry its images are pulled from. containerd, runc, the CNI plugins, iptables and ipset come
 # from Debian (the node's prerequisites check names them).
-NODE_TOOLS=(etcd kube-apiserver kubelet kube-router crane)
+NODE_TOOLS=(etcd kube-apiserver kubelet kube-router coredns crane)
 # Tools outside `all` (so `make tools` and CI's `tools/build.sh all` do not build them yet; docs/tools.md has
 # their cold and warm figures): built by name or by their group.
-OPTIONAL_TOOLS=(kubelet kube-router)
+OPTIONAL_TOOLS=(kubelet kube-router coredns)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
@@ -62,6 +62,7 @@ PULUMI_K8S_VERSION=4.25.0   # release the provider/v4 pseudo-version went into (
 HELM_VERSION=v3.22.0
 CRANE_VERSION=v0.22.1       # github.com/google/go-containerregistry (tools/crane/go.mod)
 KUBE_ROUTER_VERSION=v2.10.0 # github.com/cloudnativelabs/kube-router/v2 (tools/kube-router/go.mod)
+COREDNS_VERSION=v1.15.0     # github.com/coredns/coredns (tools/coredns/go.mod); keep equal to trainyard.rehearsal.dns
 # SeaweedFS is built inside its own module (from the module zip): its go.mod has a replace
 # directive that a wrapper module would not inherit. The proxy lists exactly this pseudo-version
 # (weed/util/version/constants.go of that commit says 4.53).
@@ -135,6 +136,8 @@ tool_bins() {
       ;;
     # Only its network policy controller runs (--run-firewall; trainyard.rehearsal.netpol).
     kube-router) echo "kube-router github.com/cloudnativelabs/kube-router/v2/cmd/kube-router" ;;
+    # An external build (tools/coredns/main.go): coremain with kubeadm's Corefile plugins, no cloud SDKs.
+    coredns) echo "coredns ." ;;
     pulumi)
       echo "pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi"
       echo "pulumi-language-python ./cmd/pulumi-language-python"
@@ -227,6 +230,9 @@ tool_buildflags() {
     # (cloud SDKs). Ref: prometheus README "Building with selected service discovery".
     promtool) echo "-trimpath -mod=readonly -buildvcs=false -tags remove_all_sd" ;;
     minio) echo "-trimpath -mod=readonly -buildvcs=false -tags kqueue" ;;   # the upstream Makefile's tag
+    # The upstream Makefile's GOTAGS (v1.15.0): core/dnsserver links gRPC (its grpc:// servers); this tag
+    # leaves gRPC's golang.org/x/net/trace hooks out.
+    coredns) echo "-trimpath -mod=readonly -buildvcs=false -tags grpcnotrace" ;;
     *) echo "-trimpath -mod=readonly -buildvcs=false" ;;
   esac
 }

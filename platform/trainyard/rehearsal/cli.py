@@ -44,7 +44,7 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
                     shutil.rmtree(settings.state_dir, ignore_errors=True)
             return EXIT_OK
         if args.action in {"node-up", "node-down"}:
-            return _real_node(settings, args.action, args.node, args.proxy, args.network_policy)
+            return _real_node(settings, args.action, args.node, args.proxy, args.network_policy, args.dns)
         rehearsal = _rehearsal(args.stack or "local", True if args.real_nodes else None)
         actions = {"up": lambda: _up(rehearsal), "deploy": lambda: _deploy(rehearsal), "smoke": lambda: _smoke(rehearsal),
                    "kubeconfig": lambda: _tenant_kubeconfig(rehearsal, args.tenant)}
@@ -80,13 +80,13 @@ def _env(settings: Settings) -> int:
     return EXIT_OK
 
 
-def _real_node(settings: Settings, action: str, name: str, proxy: bool, network_policy: bool) -> int:
+def _real_node(settings: Settings, action: str, name: str, proxy: bool, network_policy: bool, dns: bool) -> int:
     """A real node (containerd + CNI bridge + kubelet) beside the running control plane: docs/rehearsal.md "Real nodes"."""
     from trainyard.rehearsal.node import RealNode, real_node_names
 
     names = real_node_names(settings)
     index = names.index(name) if name in names else len(names)
-    node = RealNode(settings, name, index, proxy=proxy, network_policy=network_policy)
+    node = RealNode(settings, name, index, proxy=proxy, network_policy=network_policy, dns=dns)
     if action == "node-down":
         node.down()
         left = node.leftovers()
@@ -259,6 +259,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     cluster.add_argument("--network-policy", action="store_true",
                          help="node-up: also enforce NetworkPolicies for the node's pods (kube-router's firewall, iptables + "
                          "ipset; one per machine)")
+    cluster.add_argument("--dns", action="store_true",
+                         help="node-up: also run the cluster DNS (CoreDNS, the kube-dns Service at 10.96.0.10; needs "
+                         "kube-proxy: --proxy on this node or an earlier one)")
     cluster.set_defaults(func=_cmd_cluster)
 
     help_text = ("write a kind cluster configuration and the stack's kind overlay (controllers from their charts, "

@@ -56,7 +56,9 @@ class ImageError(Exception):
 
 @dataclass(frozen=True)
 class Entry:
-    """One file of a layer: a regular file (``data``), a directory, or a symbolic link (``link``), owned by uid:gid."""
+    """One file of a layer: a regular file (``data``), a directory, or a symbolic link (``link``), owned by uid:gid;
+    ``xattrs`` are extended attributes (``security.capability``: file capabilities), carried as PAX
+    ``SCHILY.xattr.*`` records."""
 
     path: str
     data: bytes | None = None
@@ -64,6 +66,7 @@ class Entry:
     link: str | None = None
     uid: int = 0
     gid: int = 0
+    xattrs: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,8 @@ def layer_tar(entries: Sequence[Entry]) -> bytes:
         for entry in sorted(entries, key=lambda e: e.path):
             info = tarfile.TarInfo(entry.path)
             info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode = 0, entry.uid, entry.gid, "", "", entry.mode
+            # Bytes below 0x80 only (a capability set is): tarfile writes them as the same bytes, in UTF-8.
+            info.pax_headers = {f"SCHILY.xattr.{name}": value.decode("ascii") for name, value in entry.xattrs}
             if entry.link is not None:
                 info.type, info.linkname = tarfile.SYMTYPE, entry.link
                 tar.addfile(info)

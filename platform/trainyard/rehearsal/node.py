@@ -21,6 +21,8 @@ The fake nodes (kwok) only move pods through their phases; a real node runs thei
   last one's ``down``.
 - **NetworkPolicy enforcement** (``network_policy=True`` on one node: ``rehearsal/netpol.py``): kube-router's
   network policy controller, for the pods of that node.
+- **Cluster DNS** (``dns=True`` on a node: ``rehearsal/dns.py``): CoreDNS as kubeadm deploys it, the ``kube-dns``
+  Service at 10.96.0.10; every node's kubelet gives its pods that nameserver (``clusterDNS``).
 
 ``RealNode.up`` first checks the machine (``prerequisites``) and starts nothing when something is missing.
 ``RealNode.down`` deletes the node's pods through the API (so the kubelet stops them and tears their network
@@ -50,7 +52,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainyard.rehearsal import images, iptables, prerequisites
+from trainyard.rehearsal import dns, dns_image, images, iptables, prerequisites
 from trainyard.rehearsal.cluster import (
     HOST,
     SERVICE_CIDR,
@@ -68,6 +70,7 @@ from trainyard.rehearsal.proxy import ServiceProxy
 from trainyard.rehearsal.settings import REAL_NODE_LABELS
 
 DEFAULT_POD_NETWORK = "10.244.0.0/16"  # node i gets its i-th /24
+CLUSTER_DNS_IP = dns.dns_service_ip(SERVICE_CIDR)  # 10.96.0.10, the kube-dns Service (kubeadm's address)
 DEFAULT_CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 CAP_SYS_RESOURCE = 24  # linux/capability.h
 
@@ -230,8 +233,10 @@ def kubelet_config(layout: NodeLayout, ca: Path, serving: tuple[Path, Path]) -> 
         "failCgroupV1": False,
         "failSwapOn": False,
         "podLogsDir": str(layout.path("pod-logs")),
+        # The node's own resolvers (for dnsPolicy: Default pods, CoreDNS's): none, air-gapped. ClusterFirst pods get
+        # the cluster DNS, whether or not it runs yet (rehearsal/dns.py).
         "resolvConf": str(layout.path("resolv.conf")),
-        "clusterDomain": "cluster.local",
+        "clusterDNS": [CLUSTER_DNS_IP], "clusterDomain": dns.CLUSTER_DOMAIN,
         "rotateCertificates": False, "serverTLSBootstrap": False,
         "registerNode": True,
         "maxPods": 32,
@@ -345,7 +350,7 @@ class RealNode:
     def __init__(self, settings: Settings, name: str = "node-0", index: int = 0,
                  pod_network: str | None = None, cni_bin_dir: Path | None = None,
                  host: prerequisites.Host | None = None, proxy: bool = False, network_policy: bool = False,
-                 extra_pod_routes: tuple[str, ...] = ()) -> None:
+                 extra_pod_routes: tuple[str, ...] = (), dns: bool = False) -> None:
         env = os.environ
         self.layout = NodeLayout(settings, name, index,
                                  pod_network or env.get("TRAINYARD_POD_NETWORK") or DEFAULT_POD_NETWORK,
@@ -361,6 +366,7 @@ class RealNode:
         # kube-router's network policy controller writes this machine's filter table: one node runs it.
         self.enforcer = NetworkPolicyEnforcer(settings, name, self.host)
         self.network_policy = network_policy
+        self.dns = dns
         self.kubelet_chains = KubeletChains(settings)
         # Shared by the cluster's real nodes: the first one's up makes it, the last one's down removes it.
         self.api = InClusterApi(settings, self.layout.pod_network)
@@ -381,6 +387,7 @@ class RealNode:
     def required_binaries(self) -> dict[str, Path | None]:
         bin_ = self.settings.binary
         return {"kubelet": bin_("kubelet"), "crane": bin_("crane"), "kubectl": bin_("kubectl"),
+                **({"coredns": bin_("coredns")} if self.dns else {}),
                 **dict.fromkeys(("containerd", "containerd-shim-runc-v2", "ctr", "runc", "ip", "mount", "umount",
                                  "gcc", "strip"))}
 
@@ -393,6 +400,11 @@ class RealNode:
             found += self.proxy.problems()
         if self.network_policy:
             found += self.enforcer.problems()
+        if self.dns:
+            found += dns_image.missing_packages()
+            if self.proxy is None and not self.processes.running("kube-proxy"):
+                found.append("cluster DNS: its Service address needs kube-proxy on this machine (start this node or one "
+                             "before it with --proxy)")
         if self.host.find("ip") is not None:
             clash = self._subnet_clash()
             if clash:
@@ -429,6 +441,8 @@ class RealNode:
         self.registry.up()
         built = images.build_node_images(self.settings.share("kubelet") / "pause", layout.path("images"),
                                          self.settings.binary("kubectl"))
+        if self.dns:
+            built.append(dns_image.build_coredns(self.settings.binary("coredns"), layout.path("images")))
         for image in built:
             images.push(image, self.registry.address)
         mirror = layout.path("containerd", "certs.d", images.MIRROR_HOST)
@@ -461,6 +475,15 @@ class RealNode:
             except (ClusterError, prerequisites.PrerequisiteError):
                 self.down()  # an enforcer that cannot start leaves no node running without it
                 raise
+        if self.dns:
+            try:
+                self.cluster_dns().up(built[-1].reference)
+            except KubeError as exc:
+                self.down()  # as for the enforcer: no node left running without what was asked of it
+                raise NodeError(f"cluster DNS: {exc}") from None
+
+    def cluster_dns(self) -> dns.ClusterDns:
+        return dns.ClusterDns(self.plane.kube(), CLUSTER_DNS_IP)
 
     def _start_kubelet(self) -> None:
         layout, pki = self.layout, self.plane.pki
@@ -596,6 +619,10 @@ class RealNode:
     # ------------------------------------------------------------------ down
     def down(self, grace: float = 60) -> None:
         """Stop the node; nothing of it keeps running or stays mounted, and its Node object is deleted."""
+        if self.plane.api_ready() and not self._other_nodes_running():
+            # The last real node takes the cluster DNS with it (its pods could run nowhere else).
+            with contextlib.suppress(KubeError):
+                self.cluster_dns().down()
         if self.plane.api_ready() and self.processes.running(self.kubelet):
             self._delete_pods(grace)
         if self.proxy is not None or (self.processes.pid("kube-proxy") is not None and not self._other_nodes_running()):
