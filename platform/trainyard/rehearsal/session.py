@@ -120,7 +120,7 @@ class Rehearsal:
         assert self.in_cluster is not None
         (self.settings.state_dir / REAL_NODES_MARKER).write_text(",".join(self.in_cluster.controllers) + "\n")
         start = time.monotonic()
-        RealNode(self.settings, REAL_NODE, 0, proxy=True).up()
+        RealNode(self.settings, REAL_NODE, 0, proxy=True, dns=True).up()
         print(f"==> real node {REAL_NODE} Ready in {time.monotonic() - start:.0f}s", flush=True)
         start = time.monotonic()
         for line in fill_mirror(self.stack, self.config, self.in_cluster, self.settings.tools_dir):
