@@ -112,8 +112,12 @@ cluster-up: cluster-tools setup ## Start the rehearsal cluster: control plane, r
 cluster-down: setup ## Stop the rehearsal cluster (webhooks removed first; data kept, `trainyard cluster down --purge` removes it)
 	$(BIN)/trainyard cluster down
 
-.PHONY: up down
-up: cluster-up ## The main job: `pulumi up` of the local stack on the rehearsal cluster, then one TrainJob per tenant (docs/rehearsal.md)
+.PHONY: up up-processes down
+up: cluster-tools node-tools node-packages setup ## The main job (root): a real node runs Kueue, JobSet and Trainer from their charts, images built here into the loopback mirror; `pulumi up` of the local stack; one TrainJob per tenant (docs/rehearsal.md)
+	$(BIN)/trainyard cluster up local --real-nodes
+	$(BIN)/trainyard cluster deploy local
+	$(BIN)/trainyard cluster smoke local
+up-processes: cluster-up ## Without root: the same stack with Kueue, JobSet and Trainer as local processes and fake nodes only
 	tools/pulumi-local.sh up local --yes --skip-preview
 	$(BIN)/trainyard cluster smoke local
 down: setup ## `pulumi destroy` of the local stack (CRDs and namespaces stay), then stop the cluster: nothing keeps running
@@ -140,7 +144,7 @@ node-tools: ## Build what a real node runs (tools/build.sh node: control plane, 
 	tools/build.sh -j $(TOOL_JOBS) node
 
 # What a real node runs that comes from Debian (docs/rehearsal.md, "Real nodes"); installed only where missing.
-NODE_PACKAGES := containerd runc containernetworking-plugins busybox-static gcc libc6-dev binutils iproute2 nftables iptables ipset
+NODE_PACKAGES := containerd runc containernetworking-plugins busybox-static gcc libc6-dev binutils iproute2 nftables iptables ipset ca-certificates tzdata
 .PHONY: node-packages
 node-packages: ## Install the Debian packages a real node needs (containerd, runc, CNI plugins, busybox-static, gcc, iptables, ipset), where missing
 	@missing=$$(for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \

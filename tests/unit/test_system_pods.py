@@ -87,3 +87,15 @@ def test_without_real_nodes_every_chart_controller_stays_external() -> None:
 def test_only_chart_controllers_can_run_in_the_cluster(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a chart controller: kwok"):
         InCluster(("kwok",), tmp_path / "lock")
+
+
+def test_a_machine_that_cannot_run_the_real_node_is_told_what_is_missing_and_nothing_starts(tmp_path: Path) -> None:
+    from trainyard.rehearsal.prerequisites import PrerequisiteError
+    from trainyard.rehearsal.session import Rehearsal
+    from trainyard.rehearsal.settings import Ports, Settings
+
+    settings = Settings(tools_dir=tmp_path / "no-tools", state_dir=tmp_path / "cluster", ports=Ports())
+    session = Rehearsal(open_stack("local"), settings, env={}, real_nodes=True)
+    with pytest.raises(PrerequisiteError, match=r"kubelet: not built"):
+        session.up()
+    assert not list((tmp_path / "cluster").glob("run/*.pid"))  # not even etcd

@@ -44,6 +44,7 @@ from trainyard.rehearsal.stack import InCluster, write_rehearsal_stack
 from trainyard.rehearsal.trainjobs import trainjob_for
 
 if TYPE_CHECKING:
+    from trainyard.rehearsal.node import RealNode
     from trainyard.rehearsal.sdk import TenantSdk
 
 PROBE_NAMESPACE = "trainyard-rehearsal"
@@ -96,6 +97,8 @@ class Rehearsal:
         start = time.monotonic()
         self._claim_cluster()
         print(f"==> rehearsal cluster for stack {self.stack.name} in {self.settings.state_dir}", flush=True)
+        if self.in_cluster is not None:
+            self._real_node().check()  # a machine that cannot run the node: say what is missing, start nothing
         self.controllers.check_versions()
         self.control_plane.up()
         self.controllers.install_crds()
@@ -112,15 +115,19 @@ class Rehearsal:
               f"{len(nodes)} fake GPU nodes, Kueue v{self.config.versions.kueue}, JobSet v{self.config.versions.jobset}, "
               f"Trainer v{self.config.versions.trainer}; export KUBECONFIG={self.settings.kubeconfig}", flush=True)
 
+    def _real_node(self) -> RealNode:
+        from trainyard.rehearsal.node import RealNode
+
+        return RealNode(self.settings, REAL_NODE, 0, proxy=True, dns=True)
+
     def _real_node_up(self) -> None:
         """The real node the controllers' pods run on, and the mirror the stack is deployed from."""
         from trainyard.rehearsal.mirror import fill_mirror
-        from trainyard.rehearsal.node import RealNode
 
         assert self.in_cluster is not None
         (self.settings.state_dir / REAL_NODES_MARKER).write_text(",".join(self.in_cluster.controllers) + "\n")
         start = time.monotonic()
-        RealNode(self.settings, REAL_NODE, 0, proxy=True, dns=True).up()
+        self._real_node().up()
         print(f"==> real node {REAL_NODE} Ready in {time.monotonic() - start:.0f}s", flush=True)
         start = time.monotonic()
         for line in fill_mirror(self.stack, self.config, self.in_cluster, self.settings.tools_dir):
