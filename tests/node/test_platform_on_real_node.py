@@ -12,6 +12,8 @@ their digests; then the real engine deploys the local stack with those three con
 - the platform works through those pods: their webhooks (the API server dials the pods) admit and default a
   TrainJob of each tenant, Kueue admits it on its flavor, Trainer makes the JobSet, JobSet the Jobs, and the job
   completes on its fake GPU pool;
+- all of it with the stack's NetworkPolicies enforced on that node (kube-router's firewall, as in
+  tests/node/test_network_policy.py): the controllers' namespaces are default-deny for ingress but their webhooks;
 - a second `pulumi up` changes nothing;
 - a controller pod that is killed is replaced and the platform admits the next job; a killed containerd is
   restarted and the node's pods keep running.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -48,7 +51,7 @@ TIMINGS: dict[str, float] = {}
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
     if os.geteuid() != 0:
         pytest.skip("a real node needs root (containerd, kubelet, network namespaces)")
-    problem = tools_problem("cluster", "kubelet", "coredns")
+    problem = tools_problem("cluster", "kubelet", "coredns", "kube-router")
     if problem is not None:
         pytest.skip(problem)
     base = tmp_path_factory.mktemp("live")
@@ -112,6 +115,13 @@ def _run_jobs(live: Rehearsal, suffix: str) -> None:
 
 
 def test_trainjobs_go_through_the_controllers_running_as_pods(live: Rehearsal) -> None:
+    policies = live.kube.items("networkpolicies", "*")
+    chains = subprocess.run(["iptables-save", "-t", "filter"], capture_output=True, text=True, check=True).stdout
+    enforced = sorted({p["metadata"]["namespace"] for p in policies})
+    print(f"{len(policies)} NetworkPolicies in {', '.join(enforced)}; kube-router's chains: "
+          f"{chains.count(':KUBE-NWPLCY-')} policy, {chains.count(':KUBE-POD-FW-')} pod firewall")
+    assert {"kueue-system", "jobset-system", "kubeflow-system", "team-a", "team-b"} <= set(enforced)
+    assert ":KUBE-NWPLCY-" in chains and ":KUBE-POD-FW-" in chains  # enforced on the node the controllers run on
     start = time.monotonic()
     _run_jobs(live, "a")
     TIMINGS["one TrainJob per tenant, submitted -> completed"] = time.monotonic() - start

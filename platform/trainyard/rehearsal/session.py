@@ -118,7 +118,8 @@ class Rehearsal:
     def _real_node(self) -> RealNode:
         from trainyard.rehearsal.node import RealNode
 
-        return RealNode(self.settings, REAL_NODE, 0, proxy=True, dns=True)
+        # The stack's NetworkPolicies are enforced on it (kube-router's firewall): the platform must work inside them.
+        return RealNode(self.settings, REAL_NODE, 0, proxy=True, dns=True, network_policy=True)
 
     def _real_node_up(self) -> None:
         """The real node the controllers' pods run on, and the mirror the stack is deployed from."""
