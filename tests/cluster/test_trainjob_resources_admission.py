@@ -10,6 +10,7 @@ numProcPerNode) that ``trainjob_resources.complete`` computes, and what it refus
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -54,13 +55,25 @@ def shapes_cluster(tmp_path_factory: pytest.TempPathFactory, shapes_config: Any)
         install_policy_params(cluster, platform, list(admission.tenant_params(shapes_config).values()))
         cluster.wait_established(*(c["metadata"]["name"] for c in crds))
         cluster.kubectl("apply", "--server-side", "--field-manager=trainyard", "-f", "-", stdin=yaml.safe_dump_all(concern))
-        probe = yaml.safe_dump(job_shapes.Case("whole", job_shapes.SHAPES[0], "torch-distributed", "", 0).trainjob("probe"))
+        # Served is not enough: the API server applies a new admission policy once its informer has it, which took
+        # longer than the first dry runs under load (a cold CI run saw a "limits only" job admitted as written and
+        # an unequal pair admitted). Wait until the mutating policy completes a job and the validating one refuses.
+        completed = yaml.safe_dump(job_shapes.Case("whole", job_shapes.SHAPES[1], "torch-distributed", "", 0)
+                                   .trainjob("probe-completed"))
+        refused = yaml.safe_dump(job_shapes.Case("whole", job_shapes.Shape(
+            "unequal", requests={"nvidia.com/gpu": 1}, limits={"nvidia.com/gpu": 4}), "torch-distributed", "", 0)
+            .trainjob("probe-refused"))
 
-        def served() -> bool:
-            done = cluster.kubectl("create", "--dry-run=server", "-o", "name", "-f", "-", stdin=probe, check=False)
-            return done.returncode == 0
+        def in_effect() -> bool:
+            done = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=completed, check=False)
+            if done.returncode != 0:
+                return False
+            if "requests" not in (json.loads(done.stdout)["spec"]["trainer"].get("resourcesPerNode") or {}):
+                return False
+            denied = cluster.kubectl("create", "--dry-run=server", "-o", "name", "-f", "-", stdin=refused, check=False)
+            return denied.returncode != 0 and "resourcesPerNode" in denied.stderr
 
-        wait_until("TrainJobs to be served with the policies", served, 90)
+        wait_until("TrainJobs to be served with both policies in effect", in_effect, 120)
         yield cluster
 
 
