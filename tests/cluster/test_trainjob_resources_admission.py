@@ -58,22 +58,31 @@ def shapes_cluster(tmp_path_factory: pytest.TempPathFactory, shapes_config: Any)
         # Served is not enough: the API server applies a new admission policy once its informer has it, which took
         # longer than the first dry runs under load (a cold CI run saw a "limits only" job admitted as written and
         # an unequal pair admitted). Wait until the mutating policy completes a job and the validating one refuses.
-        completed = yaml.safe_dump(job_shapes.Case("whole", job_shapes.SHAPES[1], "torch-distributed", "", 0)
-                                   .trainjob("probe-completed"))
+        completed = yaml.safe_dump(job_shapes.Case("whole", job_shapes.Shape(
+            "limits only", limits={"nvidia.com/gpu": 1}), "torch-distributed", "", 0).trainjob("probe-completed"))
         refused = yaml.safe_dump(job_shapes.Case("whole", job_shapes.Shape(
             "unequal", requests={"nvidia.com/gpu": 1}, limits={"nvidia.com/gpu": 4}), "torch-distributed", "", 0)
             .trainjob("probe-refused"))
 
+        seen: list[str] = []
+
         def in_effect() -> bool:
             done = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=completed, check=False)
             if done.returncode != 0:
+                seen[:] = [f"completed probe refused: {done.stderr.strip()}"]
                 return False
-            if "requests" not in (json.loads(done.stdout)["spec"]["trainer"].get("resourcesPerNode") or {}):
+            got = json.loads(done.stdout)["spec"]["trainer"].get("resourcesPerNode") or {}
+            if "requests" not in got:
+                seen[:] = [f"completed probe admitted as {got}"]
                 return False
             denied = cluster.kubectl("create", "--dry-run=server", "-o", "name", "-f", "-", stdin=refused, check=False)
+            seen[:] = [f"refused probe: exit {denied.returncode} {denied.stderr.strip()}"]
             return denied.returncode != 0 and "resourcesPerNode" in denied.stderr
 
-        wait_until("TrainJobs to be served with both policies in effect", in_effect, 120)
+        try:
+            wait_until("TrainJobs to be served with both policies in effect", in_effect, 120)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}; last seen: {seen}") from None
         yield cluster
 
 
