@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -137,7 +138,9 @@ def test_a_pod_reaches_the_api_server_with_in_cluster_config_as_its_service_acco
 
 
 def _json_object(text: str) -> Manifest:
-    """The JSON object in a container's log (stdout) among kubectl's -v=6 lines (stderr)."""
+    """The JSON object in a container's log (stdout) among kubectl's -v=6 lines (stderr). Both streams go to one log,
+    so a klog line can land inside the object (seen: the response line before its closing brace): drop them first."""
+    text = "\n".join(line for line in text.splitlines() if not re.match(r"[IWEF]\d{4} \d\d:\d\d:\d\d", line))
     decoder = json.JSONDecoder()
     for start in (i for i, c in enumerate(text) if c == "{"):
         try:

@@ -334,9 +334,11 @@ def kubelets_running() -> bool:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if (entry / "comm").read_text().strip() == "kubelet":
+                # A zombie (a stopped kubelet its parent has not reaped yet, e.g. a test's) runs nothing.
+                if (entry / "comm").read_text().strip() == "kubelet" and \
+                        not (entry / "stat").read_text().split(") ", 1)[1].startswith("Z"):
                     return True
-            except OSError:
+            except (OSError, IndexError):
                 continue
     return False
 
