@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import private_env, tools_problem
-from tests.node.test_real_node import free_pod_network
+from tests.node.one_node import Running, one_real_node
 from trainyard.rehearsal import dns, dns_image, images
-from trainyard.rehearsal.cluster import SERVICE_IP, ControlPlane, Settings
+from trainyard.rehearsal.cluster import SERVICE_IP
 from trainyard.rehearsal.kube import Kube, wait_until
 from trainyard.rehearsal.node import CLUSTER_DNS_IP, RealNode
 
@@ -36,38 +34,12 @@ pytestmark = pytest.mark.node
 NAMESPACE = "dns-probe"
 
 
-@dataclass(frozen=True)
-class Running:
-    plane: ControlPlane
-    node: RealNode
-    timings: dict[str, float]
-
 
 @pytest.fixture(scope="module")
 def dns_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    problem = tools_problem("etcd", "kube-apiserver", "kubelet", "crane", "coredns")
-    if problem is not None:
-        pytest.skip(problem)
-    settings = Settings.from_env(private_env(tmp_path_factory.mktemp("dns-cluster")))
-    node = RealNode(settings, "node-0", 0, pod_network=free_pod_network(), proxy=True, dns=True)
-    missing = node.problems()
-    if missing:
-        pytest.skip("; ".join(missing))
-    plane, timings = ControlPlane(settings), {}
-    try:
-        start = time.monotonic()
-        plane.up()
-        timings["control plane up"] = time.monotonic() - start
-        start = time.monotonic()
-        node.up()
-        timings["node-0 up with kube-proxy and CoreDNS ready"] = time.monotonic() - start
-        yield Running(plane, node, timings)
-    finally:
-        start = time.monotonic()
-        node.down()
-        timings["node down (fixture)"] = time.monotonic() - start
-        plane.down()
-        print("\n".join(f"    {k}: {v:.1f}s" for k, v in timings.items()))
+    with one_real_node(tmp_path_factory, "dns-cluster", ("etcd", "kube-apiserver", "kubelet", "crane", "coredns"),
+                       "node-0 up with kube-proxy and CoreDNS ready", proxy=True, dns=True) as running:
+        yield running
 
 
 def coredns_processes(node: RealNode) -> list[dict[str, str]]:

@@ -18,17 +18,14 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import private_env, tools_problem
-from tests.node.test_real_node import free_pod_network
+from tests.node.one_node import Running, one_real_node
 from trainyard.rehearsal import images
-from trainyard.rehearsal.cluster import SERVICE_IP, ControlPlane, Settings
+from trainyard.rehearsal.cluster import SERVICE_IP
 from trainyard.rehearsal.kube import Kube, KubeError, Manifest, wait_until
-from trainyard.rehearsal.node import RealNode
 
 pytestmark = pytest.mark.node
 
@@ -37,39 +34,13 @@ TEST = "trainyard-test"
 OWN, OTHER = "api-reach", "api-reach-other"  # the pod's namespace and one it may not read
 
 
-@dataclass(frozen=True)
-class Running:
-    plane: ControlPlane
-    node: RealNode
-    timings: dict[str, float]
-
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    problem = tools_problem("etcd", "kube-apiserver", "kubelet", "crane")
-    if problem is not None:
-        pytest.skip(problem)
-    settings = Settings.from_env(private_env(tmp_path_factory.mktemp("api-cluster")))
-    node = RealNode(settings, "node-0", 0, pod_network=free_pod_network(), proxy=True)
-    missing = node.problems()
-    if missing:
-        pytest.skip("; ".join(missing))
-    plane, timings = ControlPlane(settings), {}
-    try:
-        start = time.monotonic()
-        plane.up()
-        timings["control plane up"] = time.monotonic() - start
-        start = time.monotonic()
-        node.up()
-        timings["node-0 up (registry, images with kubectl, API address and forwarder, containerd, kubelet, "
-                "kube-proxy)"] = time.monotonic() - start
-        yield Running(plane, node, timings)
-    finally:
-        start = time.monotonic()
-        node.down()
-        timings["node down (fixture)"] = time.monotonic() - start
-        plane.down()
-        print("\n".join(f"    {k}: {v:.1f}s" for k, v in timings.items()))
+    with one_real_node(tmp_path_factory, "api-cluster", ("etcd", "kube-apiserver", "kubelet", "crane"),
+                       ("node-0 up (registry, images with kubectl, API address and forwarder, containerd, kubelet, "
+                 "kube-proxy)"), proxy=True) as running:
+        yield running
 
 
 def _finished(kube: Kube, name: str, namespace: str) -> Manifest | None:
