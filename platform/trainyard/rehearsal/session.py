@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.rehearsal import fake_nodes
 from trainyard.project import Stack
+from trainyard.rehearsal import factory
 from trainyard.rehearsal.cluster import CONTROL_PLANE, ControlPlane
 from trainyard.rehearsal.controllers import Controllers
 from trainyard.rehearsal.kube import Kube, KubeError, Manifest, wait_until
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 
 PROBE_NAMESPACE = "trainyard-rehearsal"
 # The controllers the rehearsal runs as pods on a real node: those whose images the image factory builds here.
-IN_CLUSTER_CONTROLLERS = ("jobset", "kueue", "trainer")
+IN_CLUSTER_CONTROLLERS = factory.COMPONENTS
 REAL_NODES_MARKER = "real-nodes"  # in the state directory: this cluster was started with real nodes
 REAL_NODE = "node-0"
 TRAINJOBS_QUOTA_KEY = "count/trainjobs.trainer.kubeflow.org"
