@@ -41,11 +41,9 @@ every digest), the mirror host mapped to the loopback registry.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
-import os
 import shutil
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -53,16 +51,23 @@ from typing import IO
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.installs import upstream_image
 from trainyard.project import Stack
+from trainyard.rehearsal import provisioner_image, seaweedfs_image
 from trainyard.rehearsal.base_layer import ENV, base_layer
-from trainyard.rehearsal.images import MANIFEST, Entry, ImageError, Layer, is_static_elf, write_image
+from trainyard.rehearsal.image_cache import (
+    BuiltImage,
+    cache_root,
+    cached_layout,
+)
+from trainyard.rehearsal.image_cache import (
+    targets as _targets,
+)
+from trainyard.rehearsal.images import MANIFEST, Entry, ImageError, Layer, is_static_elf
 from trainyard.supply.lock import DEFAULT_LOCK_FILE, LockFileError
 from trainyard.supply.lock_refresh import LockRefresh, refresh
-from trainyard.supply.reference import ImageRef, mirrored
+from trainyard.supply.reference import ImageRef
 from trainyard.supply.registry import FetchedManifest, RegistryClient, RegistryError, RegistryUnreachable
 
 ENTRYPOINT = "/manager"
-# Bumped whenever write_image or the recipe changes how the same inputs are laid out (a new cache key).
-LAYOUT_FORMAT = "trainyard.factory/v1"
 
 
 @dataclass(frozen=True)
@@ -90,38 +95,9 @@ SEAWEEDFS = "seaweedfs"
 COMPONENTS = (*CONTROLLERS, SEAWEEDFS)
 
 
-@dataclass(frozen=True)
-class BuiltImage:
-    """A controller image as an OCI layout: the name it is pushed under, and its manifest digest."""
-
-    component: str
-    target: ImageRef  # <mirror><upstream repository>:<tag>; Trainyard's own images: the stack's reference
-    upstream: ImageRef | None  # None for Trainyard's own images
-    layout: Path
-    digest: str
-    cached: bool  # the layout came from the cache
-    note: str = ""  # what a reader of the image's name must know (a stand-in version)
-
-    @property
-    def reference(self) -> str:
-        """What the stack renders once the lock holds this image's digest."""
-        return f"{self.target.tagged}@{self.digest}"
-
-
-def cache_root() -> Path:
-    given = os.environ.get("TRAINYARD_IMAGE_CACHE")
-    if given:
-        return Path(given)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainyard" / "images"
-
-
 def targets(config: PlatformConfig, components: Iterable[str] = CONTROLLERS) -> dict[str, ImageRef]:
-    """The name each controller image is pushed under: what the stack's charts pull (before the lock's digest)."""
-    if config.images.registry_mirror is None:
-        raise ImageError("the stack has no images.registry_mirror: the factory's images are pushed under a mirror's "
-                         "names only (an image built here is not upstream's and must not be named as it)")
-    return {component: mirrored(upstream_image(config, component), config.images.registry_mirror)
-            for component in components}
+    """The name each component's image is pushed under (the controllers' by default)."""
+    return _targets(config, components)
 
 
 def controller_binary(tools_dir: Path, recipe: Recipe, tag: str) -> bytes:
@@ -159,72 +135,10 @@ def binary_layer(recipe: Recipe, binary: bytes, tag: str) -> Layer:
                  f"{recipe.package} (CGO_ENABLED=0, -trimpath)")
 
 
-def layer_key(layer: Layer) -> dict[str, object]:
-    """What one layer is made of: every entry's path, mode, owner, link and content hash, and its history line."""
-    return {"created_by": layer.created_by,
-            "entries": [[e.path, e.mode, e.uid, e.gid, e.link, None if e.data is None else hashlib.sha256(e.data).hexdigest(),
-                         *([[name, value.hex()] for name, value in e.xattrs] if e.xattrs else [])]
-                        for e in sorted(layer.entries, key=lambda e: e.path)]}
-
-
-def recipe_key(layers: Sequence[object], config: dict[str, object]) -> str:
-    """A hash of a layout's inputs: each layer's key (``layer_key``, or its pins), the config, the layout format."""
-    doc = {"format": LAYOUT_FORMAT, "config": config, "layers": list(layers)}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def input_key(layers: Sequence[Layer], config: dict[str, object]) -> str:
-    """A hash of everything the layout is made of: equal keys, byte-identical layouts."""
-    return recipe_key([layer_key(layer) for layer in layers], config)
-
-
-def layout_digest(layout: Path) -> str | None:
-    """The manifest digest of a complete layout (every blob its manifest names present, of its size), else None."""
-    try:
-        index = json.loads((layout / "index.json").read_text(encoding="utf-8"))
-        digest = str(index["manifests"][0]["digest"])
-        blobs = layout / "blobs" / "sha256"
-        manifest_bytes = (blobs / digest.removeprefix("sha256:")).read_bytes()
-        if "sha256:" + hashlib.sha256(manifest_bytes).hexdigest() != digest:
-            return None
-        manifest = json.loads(manifest_bytes)
-        for descriptor in [manifest["config"], *manifest["layers"]]:
-            if (blobs / str(descriptor["digest"]).removeprefix("sha256:")).stat().st_size != descriptor["size"]:
-                return None
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
-        return None
-    return digest
-
-
-def cached_layout(cache: Path, layers: Sequence[Layer], config: dict[str, object]) -> tuple[Path, str, bool]:
-    """The layout of ``layers`` + ``config`` from ``cache`` (built there first when absent): (path, digest, was cached)."""
-    return cached_build(cache, input_key(layers, config), lambda: layers, config)
-
-
-def cached_build(cache: Path, key: str, build: Callable[[], Sequence[Layer]],
-                 config: dict[str, object]) -> tuple[Path, str, bool]:
-    """The layout named ``key`` from ``cache``; when absent, ``build()``'s layers + ``config`` written there first."""
-    final = cache / key
-    digest = layout_digest(final)
-    if digest is not None:
-        return final, digest, True
-    cache.mkdir(parents=True, exist_ok=True)
-    temporary = cache / f".tmp-{final.name[:16]}-{os.getpid()}"
-    digest = write_image(temporary, build(), config)
-    shutil.rmtree(final, ignore_errors=True)  # an incomplete entry (a crash, a full disk) is rebuilt
-    try:
-        os.replace(temporary, final)
-    except OSError:  # another build wrote the same entry meanwhile: same inputs, same bytes
-        shutil.rmtree(temporary, ignore_errors=True)
-    return final, digest, False
-
-
 def build_images(config: PlatformConfig, tools_dir: Path, cache: Path | None = None,
                  components: Iterable[str] = COMPONENTS, root: Path = Path("/")) -> list[BuiltImage]:
     """Every image the charts of ``components`` need in the cluster: the controllers'; for ``seaweedfs`` the server's
     and the provisioning Job's (Trainyard's own, on the Python base), which creates the buckets on it."""
-    from trainyard.rehearsal import provisioner_image, seaweedfs_image
-
     wanted = list(components)
     unknown = sorted(set(wanted) - set(COMPONENTS))
     if unknown:

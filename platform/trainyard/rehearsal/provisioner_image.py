@@ -8,7 +8,7 @@ pipeline. The rehearsal makes the same image from the same pins without a contai
 
 - the Python base (``python_base.py``: distroless ``python3-debian12``'s layers, from pinned Debian packages);
 - one layer of wheels: ``requirements.lock`` (the closure of ``requirements.txt`` with every wheel's sha256; written by
-  ``python -m trainyard.rehearsal.wheels lock requirements.txt requirements.lock``), installed into
+  ``python -m trainyard.rehearsal.python_base lock requirements.txt requirements.lock``), installed into
   ``/usr/local/lib/python3.11/dist-packages`` (``wheels.py``);
 - the Containerfile's config: ``USER 1000:1000`` (the Job's user), ``PYTHONDONTWRITEBYTECODE=1`` (the root filesystem
   is read-only: no ``__pycache__``), and ``python3`` as the command, as the Python images it names as ``BASE`` have.
@@ -25,7 +25,7 @@ from pathlib import Path
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.object_store import RESTRICTED_USER
 from trainyard.rehearsal import python_base, wheels
-from trainyard.rehearsal.factory import BuiltImage, cached_build, recipe_key
+from trainyard.rehearsal.image_cache import BuiltImage, cached_build, recipe_key
 from trainyard.rehearsal.images import ImageError, Layer
 from trainyard.supply.reference import ImageRef
 

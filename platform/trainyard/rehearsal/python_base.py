@@ -27,14 +27,15 @@ environment.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from trainyard.rehearsal import base_layer
 from trainyard.rehearsal.debian import DebianPin, package_layer, pins_key
-from trainyard.rehearsal.factory import layer_key
-from trainyard.rehearsal.images import Entry, Layer
-from trainyard.rehearsal.wheels import Target
+from trainyard.rehearsal.image_cache import layer_key
+from trainyard.rehearsal.images import Entry, ImageError, Layer
+from trainyard.rehearsal.wheels import Target, lock
 
 PYTHON = "3.11"
 INTERPRETER = f"/usr/bin/python{PYTHON}"
@@ -106,3 +107,20 @@ def key_parts(root: Path = Path("/")) -> list[object]:
 def python_config(env: Sequence[str] = (), **settings: object) -> dict[str, object]:
     """An image config on this base: the base's environment and ``env``, then the image's own settings."""
     return {"Env": [*ENV, *env], **settings}
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m trainyard.rehearsal.python_base lock REQUIREMENTS LOCK``: the wheel lock of an image on this base."""
+    if len(argv) != 3 or argv[0] != "lock":
+        print("usage: python -m trainyard.rehearsal.python_base lock REQUIREMENTS LOCK", file=sys.stderr)
+        return 2
+    try:
+        Path(argv[2]).write_text(lock(Path(argv[1]), WHEEL_TARGET), encoding="utf-8")
+    except ImageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -48,7 +48,7 @@ from trainyard.config.model import PlatformConfig
 from trainyard.manifests.installs import upstream_image
 from trainyard.rehearsal import base_layer
 from trainyard.rehearsal.debian import DebianPin, data_entries, fetch, pins_key
-from trainyard.rehearsal.factory import BuiltImage, cached_build, layer_key, recipe_key, targets
+from trainyard.rehearsal.image_cache import BuiltImage, cached_build, layer_key, recipe_key, targets
 from trainyard.rehearsal.images import Entry, ImageError, Layer, is_static_elf
 
 MODULE = "github.com/seaweedfs/seaweedfs"

@@ -4,7 +4,7 @@ An image built on the factory's Python base (``python_base.py``) gets its librar
 ``pip install`` inside a container (there is no container runtime to build with, and pip would write the machine's
 interpreter into scripts and compile byte code with a timestamp). The inputs are a lock file in pip's own requirements
 format, one ``name==version`` and one ``--hash=sha256:...`` per wheel, the whole dependency closure (written by
-``python -m trainyard.rehearsal.wheels lock REQUIREMENTS LOCK``, which resolves with ``pip download`` for the base's
+``python -m trainyard.rehearsal.python_base lock REQUIREMENTS LOCK``, which resolves with ``pip download`` for the base's
 interpreter and platform). Fetching runs ``pip download --no-deps --require-hashes`` for the wheels the cache lacks
 (``$TRAINYARD_WHEEL_CACHE``, default ``$XDG_CACHE_HOME/trainyard/wheels``, one directory per sha256), so pip checks
 every file against the lock, and the factory checks it again.
@@ -248,23 +248,5 @@ def lock(requirements: Path, target: Target) -> str:
             lines.append((canonical(fields["Name"]), fields["Version"], _sha256(path)))
     body = "".join(f"{name}=={version} \\\n    --hash=sha256:{sha}\n" for name, version, sha in sorted(lines))
     return (f"# The wheels of {requirements.name} and everything they need, for CPython {target.python} on glibc "
-            f"{target.glibc[0]}.{target.glibc[1]} (x86-64).\n# Written by `python -m trainyard.rehearsal.wheels lock "
+            f"{target.glibc[0]}.{target.glibc[1]} (x86-64).\n# Written by `python -m trainyard.rehearsal.python_base lock "
             f"{requirements.name} <this file>`; the image factory installs exactly these files.\n" + body)
-
-
-def main(argv: Sequence[str]) -> int:
-    from trainyard.rehearsal.python_base import WHEEL_TARGET
-
-    if len(argv) != 3 or argv[0] != "lock":
-        print("usage: python -m trainyard.rehearsal.wheels lock REQUIREMENTS LOCK", file=sys.stderr)
-        return 2
-    try:
-        Path(argv[2]).write_text(lock(Path(argv[1]), WHEEL_TARGET), encoding="utf-8")
-    except ImageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
