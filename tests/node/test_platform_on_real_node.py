@@ -30,6 +30,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -234,7 +235,7 @@ def attempt(call):
     except ClientError as exc:
         return exc.response["Error"]["Code"]
 key = "probe/" + os.environ["HOSTNAME"]
-out = {"identity": os.environ["AWS_ACCESS_KEY_ID"][:4] + "...", "endpoint": os.environ["AWS_ENDPOINT_URL"],
+out = {"endpoint": os.environ["AWS_ENDPOINT_URL"],
        "put own": attempt(lambda: s3.put_object(Bucket=own, Key=key, Body=b"checkpoint bytes") and None),
        "get own": attempt(lambda: s3.get_object(Bucket=own, Key=key)["Body"].read().decode()),
        "list own": attempt(lambda: [o["Key"] for o in s3.list_objects_v2(Bucket=own).get("Contents", [])]),
@@ -327,6 +328,27 @@ def test_a_killed_containerd_is_restarted_and_the_pods_keep_running(live: Rehear
     after = {p["metadata"]["uid"] for n in live.installed_namespaces() for p in _pods(live, n)}
     assert after == before  # the same pods: their containers outlived containerd (the shims keep them)
     _run_jobs(live, "c")
+
+
+def test_destroy_keeps_the_object_stores_claim_volume_and_data(live: Rehearsal) -> None:
+    """`make down`'s first step, last in this module: the data stays where docs/architecture.md says it does."""
+    namespace = _store(live)
+    volume_name = live.kube.get("persistentvolumeclaim", "seaweedfs-data", namespace)["spec"]["volumeName"]
+    path = Path(live.kube.get("persistentvolume", volume_name)["spec"]["local"]["path"])
+    run = live.engine("destroy", "--yes", "--skip-preview")
+    assert run.returncode == 0, run.output[-4000:]
+    TIMINGS["pulumi destroy"] = run.seconds
+    claim = live.kube.get("persistentvolumeclaim", "seaweedfs-data", namespace)
+    volume = live.kube.get("persistentvolume", volume_name)
+    files = [f for f in path.rglob("*") if f.is_file()]
+    print(f"after destroy: claim {namespace}/seaweedfs-data {claim['status']['phase']} -> {volume_name} "
+          f"({volume['status']['phase']}, {volume['spec']['persistentVolumeReclaimPolicy']}); {len(files)} files, "
+          f"{sum(f.stat().st_size for f in files)} bytes in {path}; deployments left in {namespace}: "
+          f"{[d['metadata']['name'] for d in live.kube.items('deployments', namespace)]}")
+    assert claim["status"]["phase"] == "Bound" and claim["spec"]["volumeName"] == volume_name
+    assert volume["status"]["phase"] == "Bound" and volume["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert any(f.suffix == ".dat" for f in files), sorted(map(str, files))  # SeaweedFS's volume files: the objects
+    assert not live.kube.items("deployments", namespace)  # the server is gone, its data is not
 
 
 def test_timings(live: Rehearsal) -> None:
