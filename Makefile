@@ -155,8 +155,11 @@ test-node: setup node-tools node-packages ## The node tier (root): control plane
 	$(BIN)/pytest -q -s -m node tests/node $(PYTEST_ARGS)
 
 .PHONY: test-cluster
-test-cluster: setup ## The cluster tier: real kube-apiserver + etcd, real Pulumi engine and provider
-	$(BIN)/pytest -q -m cluster tests/cluster $(PYTEST_ARGS)
+# Two private clusters at once, a test file each at a time (pytest-xdist --dist loadfile: a module's fixtures stay on
+# one worker): the tier mostly waits on its controllers and kwok's delays. CLUSTER_WORKERS=0 runs it in one process.
+CLUSTER_WORKERS ?= 2
+test-cluster: setup ## The cluster tier: real kube-apiserver + etcd, real Pulumi engine and provider (two clusters at once)
+	$(BIN)/pytest -q -m cluster tests/cluster -n $(CLUSTER_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 ##@ Serving tier
 
