@@ -183,7 +183,6 @@ POSTGRESQL_OPERANDS: dict[str, Image] = {
     "18": Image("ghcr.io", "cloudnative-pg/postgresql", "18.4-system-trixie"),
     "17": Image("ghcr.io", "cloudnative-pg/postgresql", "17.12-minimal-trixie"),
 }
-DEFAULT_POSTGRESQL_MAJOR = "18"
 
 _CNPG_CRDS = _crd_files(
     "postgresql.cnpg.io", "config/crd/bases", (
@@ -396,9 +395,9 @@ RELEASES: dict[tuple[str, str], Release] = {
             crds=_CNPG_CRDS,
             image=Image("ghcr.io", "cloudnative-pg/cloudnative-pg", "1.30.0"),
             app_version="1.30.0",
-            # The operand image the operator defaults to at 1.30.0 (pkg/versions/versions.go); pinned here
-            # so that an operator upgrade never moves PostgreSQL by itself.
-            images=(("postgresql", POSTGRESQL_OPERANDS[DEFAULT_POSTGRESQL_MAJOR]),),
+            # The operand image is not the operator's default but the stack's choice (POSTGRESQL_OPERANDS above,
+            # mlflow.database.postgresql), pinned so that an operator upgrade never moves PostgreSQL by itself; the
+            # bill of materials lists it from the rendered Cluster's imageName.
         ),
         Release(
             component="mlflow",

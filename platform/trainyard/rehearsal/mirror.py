@@ -10,7 +10,8 @@ real nodes' loopback registry (``rehearsal/node.py``, ``LoopbackRegistry``), and
   ``<registry>/charts/<name>:<version>`` (the layout ``trainyard bom STACK --import`` writes; the same push:
   ``supply.airgap.push_chart``). The stack's ``charts.mirror`` names it (``stack.InCluster``).
 - **images**: the image factory's builds, pushed under the stack's mirror names; their digests go into the
-  rehearsal's own image lock (the repository's lock is never written).
+  rehearsal's own image lock (the repository's lock is never written). Only the controllers whose chart the stack
+  installs; and the PostgreSQL operand image where the stack's MLflow database runs (``postgres_image.py``).
 
 Packages carry the epoch as their creation time, so the same chart gives the same artifact digest.
 """
@@ -22,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainyard import chart_mirror
+from trainyard import catalog, chart_mirror
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.chart_release import ChartRelease
 from trainyard.project import Stack
@@ -31,6 +32,7 @@ from trainyard.rehearsal.stack import InCluster
 from trainyard.supply import archive as fmt
 from trainyard.supply.airgap import chart_target, push_chart
 from trainyard.supply.lock import ImageLock, load_lock
+from trainyard.supply.reference import ImageRef
 from trainyard.supply.registry import RegistryClient, RegistryError
 
 EPOCH = "1970-01-01T00:00:00Z"
@@ -96,10 +98,38 @@ def seed_lock(stack: Stack, in_cluster: InCluster) -> ImageLock:
     return seeded
 
 
-def push_images(stack: Stack, config: PlatformConfig, in_cluster: InCluster, tools_dir: Path) -> Iterator[str]:
-    """The in-cluster controllers' images: built by the factory (or taken from its cache), pushed under the stack's
-    mirror names, and locked: the rehearsal's lock then holds the digests the registry reports for them."""
-    built = factory.build_controller_images(config, tools_dir, components=in_cluster.controllers)
+def installed_controllers(in_cluster: InCluster, releases: list[ChartRelease]) -> tuple[str, ...]:
+    """The in-cluster controllers whose chart the stack installs: only their images are built and pushed (the local
+    stack without MLflow renders no CloudNativePG release, and so needs no operator image)."""
+    installed = {release.component for release in releases if not release.external}
+    return tuple(c for c in in_cluster.controllers if c in installed)
+
+
+def operand_image(config: PlatformConfig, components: tuple[str, ...]) -> factory.BuiltImage | None:
+    """The PostgreSQL operand image where the stack's PostgreSQL Cluster runs on the rehearsal (``cnpg`` installed,
+    MLflow's database declared), built from Debian's packages (``postgres_image.py``); else None."""
+    if "cnpg" not in components or not config.mlflow.enabled:
+        return None
+    from trainyard.rehearsal import postgres_image
+
+    cache = factory.cache_root()
+    operand = postgres_image.build_operand(config, cache, cache.parent)
+    upstream = catalog.POSTGRESQL_OPERANDS[operand.major]
+    return factory.BuiltImage("cnpg/postgresql", operand.target, ImageRef(upstream.registry, upstream.repository,
+                                                                           upstream.tag),
+                              operand.layout, operand.digest, operand.cached)
+
+
+def push_images(stack: Stack, config: PlatformConfig, in_cluster: InCluster, tools_dir: Path,
+                components: tuple[str, ...] | None = None) -> Iterator[str]:
+    """The in-cluster controllers' images (and the PostgreSQL operand where a Cluster runs): built by the factory (or
+    taken from its cache), pushed under the stack's mirror names, and locked: the rehearsal's lock then holds the
+    digests the registry reports for them."""
+    wanted = in_cluster.controllers if components is None else components
+    built = factory.build_controller_images(config, tools_dir, components=wanted)
+    operand = operand_image(config, wanted)
+    if operand is not None:
+        built.append(operand)
     factory.push_images(built, in_cluster.registry)
     overlay = Stack(stack.name, stack.path, stack.root, config)
     factory.lock_pushed(overlay, built, in_cluster.registry)
@@ -114,7 +144,8 @@ def fill_mirror(stack: Stack, config: PlatformConfig, in_cluster: InCluster, too
 
     lock = seed_lock(stack, in_cluster)
     yield f"image lock {in_cluster.lock_file} (from {stack.config.images.lock_file}: {len(lock.entries)} entries)"
-    yield from push_images(stack, config, in_cluster, tools_dir)
     rendered = render_platform(config, stack.root, stack.path.parent)
-    for chart in push_charts(config, list(rendered.releases), in_cluster.registry):
+    releases = list(rendered.releases)
+    yield from push_images(stack, config, in_cluster, tools_dir, installed_controllers(in_cluster, releases))
+    for chart in push_charts(config, releases, in_cluster.registry):
         yield f"chart {chart.reference} (release {chart.release})"

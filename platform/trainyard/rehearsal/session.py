@@ -43,6 +43,8 @@ from trainyard.rehearsal.scenario import Job, Scenario, seconds
 from trainyard.rehearsal.settings import HOST, ClusterError, Settings
 from trainyard.rehearsal.stack import InCluster, write_rehearsal_stack
 from trainyard.rehearsal.trainjobs import trainjob_for
+from trainyard.rehearsal.volumes import FIELD_MANAGER as VOLUMES_FIELD_MANAGER
+from trainyard.rehearsal.volumes import node_local_volumes
 
 if TYPE_CHECKING:
     from trainyard.rehearsal.node import RealNode
@@ -129,7 +131,11 @@ class Rehearsal:
         assert self.in_cluster is not None
         (self.settings.state_dir / REAL_NODES_MARKER).write_text(",".join(self.in_cluster.controllers) + "\n")
         start = time.monotonic()
-        self._real_node().up()
+        node = self._real_node()
+        node.up()
+        # Its disk, for the claims of pods that run for real (the MLflow database): statically provisioned local
+        # volumes (volumes.py), which a pod's fsGroup applies to.
+        self.kube.apply(node_local_volumes(REAL_NODE, node.layout.path("volumes")), VOLUMES_FIELD_MANAGER)
         print(f"==> real node {REAL_NODE} Ready in {time.monotonic() - start:.0f}s", flush=True)
         start = time.monotonic()
         for line in fill_mirror(self.stack, self.config, self.in_cluster, self.settings.tools_dir):
@@ -227,13 +233,44 @@ class Rehearsal:
 
     def installed_namespaces(self) -> list[str]:
         """The namespaces of the controllers whose charts this rehearsal installs (none without real nodes)."""
-        from trainyard.manifests import installs
+        from trainyard.manifests import installs, mlflow
 
-        return sorted({r.namespace for r in installs.releases(self.config) if not r.external})
+        releases = [*installs.releases(self.config), *(mlflow.releases(self.config) if self.config.mlflow.enabled else [])]
+        return sorted({r.namespace for r in releases if not r.external})
+
+    def postgres_clusters(self) -> list[tuple[str, str]]:
+        """(namespace, name) of the CloudNativePG Clusters the stack declares where their operator runs here."""
+        from trainyard.manifests import mlflow
+
+        if not self.config.mlflow.enabled or "cnpg" in self.config.rehearsal.external_controllers:
+            return []
+        return [(self.config.mlflow.namespace, mlflow.CLUSTER)]
+
+    def postgres_problems(self) -> list[str]:
+        """Why a Cluster of ``postgres_clusters`` is not Ready with every instance Running on the real node."""
+        found = []
+        for namespace, name in self.postgres_clusters():
+            try:
+                cluster = self.kube.get("clusters.postgresql.cnpg.io", name, namespace)
+            except KubeError:
+                found.append(f"Cluster {namespace}/{name}: not found")
+                continue
+            status = cluster.get("status", {})
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []))
+            if not ready:
+                found.append(f"Cluster {namespace}/{name}: {status.get('phase', 'no phase yet')}"
+                             f" ({status.get('phaseReason', '')}), {status.get('readyInstances', 0)}/"
+                             f"{cluster['spec'].get('instances')} instances ready")
+            for pod in self.kube.items("pods", namespace, selector=f"cnpg.io/cluster={name}"):
+                where = pod["spec"].get("nodeName")
+                if where not in (None, REAL_NODE):
+                    found.append(f"{namespace}/{pod['metadata']['name']} on {where}, not the real node {REAL_NODE}")
+        return found
 
     def wait_platform_ready(self, timeout: float = 600) -> str:
-        """Every Deployment the installed charts made is Available, every pod of theirs Ready, on a real node;
-        returns the pods as ``kubectl get pods -o wide`` lists them."""
+        """Every Deployment the installed charts made is Available, every pod of theirs Ready, on a real node, and
+        every PostgreSQL Cluster the stack declares Ready there; returns the pods as ``kubectl get pods -o wide``
+        lists them."""
         namespaces = self.installed_namespaces()
 
         def problems() -> list[str]:
@@ -251,14 +288,14 @@ class Rehearsal:
                     if pod["spec"].get("nodeName") not in (None, REAL_NODE):
                         found.append(f"{namespace}/{pod['metadata']['name']} on {pod['spec'].get('nodeName')}, "
                                      f"not the real node {REAL_NODE}")
-            return found
+            return found + (self.postgres_problems() if not found else [])
 
         try:
             wait_until("the platform's pods to be Ready on the real node", lambda: not problems(), timeout)
         except TimeoutError:
             raise ClusterError("the platform is not Ready: " + "; ".join(problems())) from None
         return "\n".join(self.kube.run("get", "pods", "-n", namespace, "-o", "wide").stdout.rstrip()
-                         for namespace in namespaces)
+                         for namespace in [*namespaces, *sorted({ns for ns, _ in self.postgres_clusters()})])
 
     def deployed_digest(self) -> str:
         return hashlib.sha256(self.stack_file.read_bytes()).hexdigest()
