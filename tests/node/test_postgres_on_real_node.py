@@ -37,18 +37,16 @@ from trainyard.project import open_stack
 from trainyard.rehearsal.node import RealNode
 from trainyard.rehearsal.session import REAL_NODE, Rehearsal
 from trainyard.rehearsal.settings import Settings
-from trainyard.rehearsal.volumes import NODE_LOCAL_CLASS
 from trainyard.supply.lock import load_lock
 
 pytestmark = pytest.mark.node
 TIMINGS: dict[str, float] = {}
 NAMESPACE, CLUSTER = "mlflow", "mlflow-db"
-# The local stack's MLflow database, as tests/cluster/test_destroy_keeps_data.py declares it (backups off), on the
-# real node's disk and at the major built here.
+# The local stack's MLflow database, as tests/cluster/test_destroy_keeps_data.py declares it (backups off), at the
+# major built here.
 MLFLOW_DATABASE: dict[str, Any] = {
     "mlflow": {"enabled": True, "object_store": {"endpoint_url": "http://seaweedfs-all-in-one.object-store.svc:8333"},
-               "backup": {"enabled": False},
-               "database": {"postgresql": "17", "storage_size": "1Gi", "storage_class": NODE_LOCAL_CLASS}},
+               "backup": {"enabled": False}, "database": {"postgresql": "17", "storage_size": "1Gi"}},
     "object_store": {"platform_buckets": [{"name": "mlflow-artifacts"}, {"name": "mlflow-backups"}],
                      "services": [{"name": "mlflow", "namespace": "mlflow",
                                    "buckets": ["mlflow-artifacts", "mlflow-backups"]}]},
@@ -119,8 +117,14 @@ def test_the_operator_webhook_refuses_an_invalid_cluster(live: Rehearsal) -> Non
     TIMINGS["dry-run create refused by the webhook"] = time.monotonic() - start
     print(result.stderr.strip())
     assert result.returncode != 0
-    assert 'admission webhook "vcluster.cnpg.io" denied the request' in result.stderr, result.stderr
-    assert "Can't set fixed configuration parameter" in result.stderr
+    # The operator's validating webhook's own words (cloudnative-pg@v1.30.0 internal/webhook/v1/cluster_webhook.go:
+    # 1101); the CRD's schema has no such rule, so only the webhook in the operator's pod can have said it.
+    assert "spec.postgresql.parameters.port" in result.stderr and "Can't set fixed configuration parameter" in result.stderr
+    # And its mutating webhook defaults what the CRD does not: a Cluster without an image gets the operator's default.
+    valid = {**invalid, "spec": {"instances": 1, "storage": {"size": "1Gi"}}}
+    created = json.loads(live.kube.run("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(valid)).stdout)
+    print(f"defaulted by the mutating webhook: imageName {created['spec'].get('imageName')}")
+    assert created["spec"]["imageName"] == "ghcr.io/cloudnative-pg/postgresql:18.4-system-trixie"
 
 
 def test_the_mlflow_database_is_ready_on_the_real_node_from_the_built_operand(live: Rehearsal) -> None:
@@ -140,10 +144,14 @@ def test_the_mlflow_database_is_ready_on_the_real_node_from_the_built_operand(li
     assert init["name"] == "bootstrap-controller" and init["command"][:3] == ["/manager", "bootstrap", "/controller/manager"]
     assert init_status["state"]["terminated"]["exitCode"] == 0
     print(f"  bootstrap-controller: {_locked(live, init['image'], init_status)}")
+    # The operator's claim, bound to the volume the rehearsal provided for it (volumes.database_volumes): a local
+    # volume in the cluster's state directory, group-owned by 26 once the kubelet applied the pod's fsGroup.
     claim = live.kube.get("pvc", CLUSTER + "-1", NAMESPACE)
     volume = live.kube.get("pv", claim["spec"]["volumeName"])
-    assert claim["status"]["phase"] == "Bound" and volume["spec"]["storageClassName"] == NODE_LOCAL_CLASS
-    print(f"  volume {claim['spec']['volumeName']}: local {volume['spec']['local']['path']}")
+    assert claim["status"]["phase"] == "Bound" and volume["metadata"]["name"] == f"rehearsal-{NAMESPACE}-{CLUSTER}-1"
+    path = volume["spec"]["local"]["path"]
+    assert path.startswith(str(live.settings.state_dir)) and os.stat(path).st_gid == 26
+    print(f"  volume {volume['metadata']['name']}: local {path} (gid {os.stat(path).st_gid})")
 
 
 def _psql(live: Rehearsal, sql: str) -> str:

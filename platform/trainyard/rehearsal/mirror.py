@@ -9,9 +9,11 @@ real nodes' loopback registry (``rehearsal/node.py``, ``LoopbackRegistry``), and
   dependencies and packaged as ``helm package`` would, then pushed as a Helm OCI artifact to
   ``<registry>/charts/<name>:<version>`` (the layout ``trainyard bom STACK --import`` writes; the same push:
   ``supply.airgap.push_chart``). The stack's ``charts.mirror`` names it (``stack.InCluster``).
-- **images**: the image factory's builds, pushed under the stack's mirror names; their digests go into the
-  rehearsal's own image lock (the repository's lock is never written). Only the controllers whose chart the stack
-  installs; and the PostgreSQL operand image where the stack's MLflow database runs (``postgres_image.py``).
+- **images**: the image factory's builds, pushed under the stack's mirror names (and Trainyard's own provisioner
+  image under the stack's own reference, whose host the node's containerd maps to the same registry:
+  ``registry_hosts``); their digests go into the rehearsal's own image lock (the repository's lock is never written).
+  Only the charts the stack installs get theirs (the local stack without MLflow needs no CloudNativePG operator), and
+  the PostgreSQL operand where the stack's MLflow database runs (``postgres_image.py``).
 
 Packages carry the epoch as their creation time, so the same chart gives the same artifact digest.
 """
@@ -19,20 +21,20 @@ Packages carry the epoch as their creation time, so the same chart gives the sam
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainyard import catalog, chart_mirror
+from trainyard import chart_mirror
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.chart_release import ChartRelease
 from trainyard.project import Stack
-from trainyard.rehearsal import factory
+from trainyard.rehearsal import factory, provisioner_image
 from trainyard.rehearsal.stack import InCluster
 from trainyard.supply import archive as fmt
 from trainyard.supply.airgap import chart_target, push_chart
 from trainyard.supply.lock import ImageLock, load_lock
-from trainyard.supply.reference import ImageRef
 from trainyard.supply.registry import RegistryClient, RegistryError
 
 EPOCH = "1970-01-01T00:00:00Z"
@@ -99,42 +101,34 @@ def seed_lock(stack: Stack, in_cluster: InCluster) -> ImageLock:
 
 
 def installed_controllers(in_cluster: InCluster, releases: list[ChartRelease]) -> tuple[str, ...]:
-    """The in-cluster controllers whose chart the stack installs: only their images are built and pushed (the local
+    """The in-cluster components whose chart the stack installs: only their images are built and pushed (the local
     stack without MLflow renders no CloudNativePG release, and so needs no operator image)."""
     installed = {release.component for release in releases if not release.external}
     return tuple(c for c in in_cluster.controllers if c in installed)
 
 
-def operand_image(config: PlatformConfig, components: tuple[str, ...]) -> factory.BuiltImage | None:
-    """The PostgreSQL operand image where the stack's PostgreSQL Cluster runs on the rehearsal (``cnpg`` installed,
-    MLflow's database declared), built from Debian's packages (``postgres_image.py``); else None."""
-    if "cnpg" not in components or not config.mlflow.enabled:
-        return None
-    from trainyard.rehearsal import postgres_image
-
-    cache = factory.cache_root()
-    operand = postgres_image.build_operand(config, cache, cache.parent)
-    upstream = catalog.POSTGRESQL_OPERANDS[operand.major]
-    return factory.BuiltImage("cnpg/postgresql", operand.target, ImageRef(upstream.registry, upstream.repository,
-                                                                           upstream.tag),
-                              operand.layout, operand.digest, operand.cached)
+def registry_hosts(config: PlatformConfig, in_cluster: InCluster) -> tuple[str, ...]:
+    """The registry hosts besides the mirror's whose images the rehearsal pushes to its registry: the provisioner's
+    (Trainyard's own image, named by the stack: ``registry.trainyard.internal``), when the object store runs in it."""
+    if factory.SEAWEEDFS not in in_cluster.controllers or config.object_store is None:
+        return ()
+    return (provisioner_image.target(config).registry,)
 
 
 def push_images(stack: Stack, config: PlatformConfig, in_cluster: InCluster, tools_dir: Path,
                 components: tuple[str, ...] | None = None) -> Iterator[str]:
-    """The in-cluster controllers' images (and the PostgreSQL operand where a Cluster runs): built by the factory (or
-    taken from its cache), pushed under the stack's mirror names, and locked: the rehearsal's lock then holds the
+    """The images of what runs in the cluster (``components``, default every in-cluster one): built by the factory (or
+    taken from its cache), pushed under the names the stack renders, and locked: the rehearsal's lock then holds the
     digests the registry reports for them."""
+    started = time.monotonic()
     wanted = in_cluster.controllers if components is None else components
-    built = factory.build_controller_images(config, tools_dir, components=wanted)
-    operand = operand_image(config, wanted)
-    if operand is not None:
-        built.append(operand)
+    built = factory.build_images(config, tools_dir, components=wanted)
+    yield f"{len(built)} images built in {time.monotonic() - started:.1f}s ({sum(b.cached for b in built)} from the cache)"
     factory.push_images(built, in_cluster.registry)
     overlay = Stack(stack.name, stack.path, stack.root, config)
     factory.lock_pushed(overlay, built, in_cluster.registry)
     for image in built:
-        yield f"image {image.reference} ({'cached' if image.cached else 'built'})"
+        yield f"image {image.reference} ({'cached' if image.cached else 'built'}{'; ' + image.note if image.note else ''})"
 
 
 def fill_mirror(stack: Stack, config: PlatformConfig, in_cluster: InCluster, tools_dir: Path) -> Iterator[str]:

@@ -4,8 +4,9 @@ Upstream's images (cloudnative-pg/postgres-containers ``Dockerfile``, target ``m
 plus ``postgresql-<major>`` from apt.postgresql.org, ``libsasl2-modules`` and ``libldap-common``, with the packaged
 ``postgres`` user's uid changed to 26 (``usermod -u 26 postgres``, ``USER 26``) and
 ``PATH=$PATH:/usr/lib/postgresql/<major>/bin``. Neither registry nor apt.postgresql.org is reachable here, so the
-image is made of Debian's own packages (``rehearsal/debian.py``: a pinned closure, downloaded with apt, SHA-256
-checked, unpacked with ``dpkg-deb``), which is why the major is the one Debian trixie ships, 17
+image is made of Debian's own packages (``rehearsal/debian.py``: a pin file holding a closure of trixie's packages,
+downloaded with apt through a private apt root, SHA-256 checked, unpacked as distroless does, without what
+``debian:trixie-slim`` drops), which is why the major is the one Debian trixie ships, 17
 (``catalog.POSTGRESQL_OPERANDS``; docs/architecture.md says why not 18).
 
 What CloudNativePG needs of it (cloudnative-pg@v1.30.0:docs/src/container_images.md, "Container Image Requirements"):
@@ -26,40 +27,26 @@ on: ``/etc/passwd`` and ``/etc/group`` with ``postgres`` at 26:26 (the pods run 
 ``/bin/sh`` would mean no ``initdb`` (it starts the bootstrap backend through ``popen``): ``dash`` and ``bash``
 are roots of the closure, and ``coreutils`` for ``du`` (``kubectl cnpg status``).
 
-Two layers: the packages (one layer, the big one) and the user layer. Cached like the factory's images, under a
-key of the pin file and this recipe, so a second build reads nothing but the cache's index.
+Two layers: the packages (one layer, the big one, with their dpkg records) and the user layer. Cached like the
+factory's images (``image_cache.cached_build``), keyed by the pins and this recipe: a warm build reads no package.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.installs import mirrored_parts
 from trainyard.rehearsal import debian
-from trainyard.rehearsal.images import Entry, ImageError, Layer, write_image
+from trainyard.rehearsal.image_cache import BuiltImage, cached_build, layer_key, recipe_key
+from trainyard.rehearsal.images import Entry, ImageError, Layer
 from trainyard.supply.reference import ImageRef
 
 PINS_DIR = Path(__file__).parent / "pins"
 POSTGRES_UID = 26  # upstream's `usermod -u 26 postgres`; CloudNativePG's default PostgresUID/PostgresGID
-RECIPE_FORMAT = "trainyard.postgres-image/v1"  # bumped when the recipe lays out the same pins differently
 DEBIAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # debian:trixie-slim's ENV PATH
-
-
-@dataclass(frozen=True)
-class BuiltOperand:
-    major: str
-    target: ImageRef  # <mirror>cloudnative-pg/postgresql:<tag>
-    layout: Path
-    digest: str
-    cached: bool
-    packages: int
+COMPONENT = "cnpg/postgresql"
 
 
 def pin_file(major: str, suite: str = "trixie") -> Path:
@@ -99,39 +86,35 @@ def image_config(major: str, tag: str, version: str) -> dict[str, object]:
                        "dev.trainyard.upstream-image": f"ghcr.io/cloudnative-pg/postgresql:{tag}"}}
 
 
-def build_operand(config: PlatformConfig, cache: Path, debs_cache: Path, major: str | None = None) -> BuiltOperand:
-    """The operand image of ``major`` (the stack's ``mlflow.database.postgresql``) as an OCI layout under ``cache``."""
+def target(config: PlatformConfig, major: str) -> ImageRef:
+    if config.images.registry_mirror is None:
+        raise ImageError("the stack has no images.registry_mirror: the operand image is pushed under a mirror's name")
+    registry, repository, tag = mirrored_parts(config, catalog.POSTGRESQL_OPERANDS[major])
+    return ImageRef(registry, repository, tag)
+
+
+def build(config: PlatformConfig, cache: Path, deb_cache: Path | None = None, major: str | None = None,
+          apt_cache: Path | None = None) -> BuiltImage:
+    """The operand image of ``major`` (default: the stack's ``mlflow.database.postgresql``), or the cached one."""
     major = major or config.mlflow.database.postgresql
-    image = catalog.POSTGRESQL_OPERANDS[major]
     path = pin_file(major)
     if not path.is_file():
         raise ImageError(f"PostgreSQL {major} cannot be built here: no pin file {path} (Debian trixie ships "
                          f"postgresql-17 only; set mlflow.database.postgresql: \"17\" for the rehearsal)")
-    if config.images.registry_mirror is None:
-        raise ImageError("the stack has no images.registry_mirror: the operand image is pushed under a mirror's name")
-    registry, repository, tag = mirrored_parts(config, image)
-    target = ImageRef(registry, repository, tag)
-    text = path.read_text(encoding="utf-8")
+    name = target(config, major)
     pins = debian.read_pins(path)
-    version = check_tag(pins, major, tag)
-    key = hashlib.sha256(json.dumps([RECIPE_FORMAT, text, image_config(major, tag, version),
-                                     user_layer().created_by]).encode()).hexdigest()
-    final = cache / key
-    from trainyard.rehearsal.factory import layout_digest
+    version = check_tag(pins, major, str(name.tag))
+    suite = debian.SuiteRoot.of(pins.suite, apt_cache)
+    config_doc = image_config(major, str(name.tag), version)
+    created_by = (f"Debian {pins.suite}: the closure of {' '.join(pins.roots)} ({path.name}, {len(pins.pins)} "
+                  "packages), slim")
 
-    digest = layout_digest(final)
-    if digest is not None:
-        return BuiltOperand(major, target, final, digest, True, len(pins.pins))
-    debs = debian.fetch(pins, debs_cache, path)
-    packages = Layer(tuple(debian.closure_entries(debs)),
-                     f"Debian {pins.suite}: {len(pins.pins)} packages, the closure of {' '.join(pins.roots)} "
-                     f"(postgresql-{major} {version}; {path.name}), dpkg-deb -x, slim excludes")
-    cache.mkdir(parents=True, exist_ok=True)
-    temporary = cache / f".tmp-{key[:16]}-{os.getpid()}"
-    digest = write_image(temporary, [packages, user_layer()], image_config(major, tag, version))
-    shutil.rmtree(final, ignore_errors=True)
-    try:
-        os.replace(temporary, final)
-    except OSError:
-        shutil.rmtree(temporary, ignore_errors=True)
-    return BuiltOperand(major, target, final, digest, False, len(pins.pins))
+    def layers() -> list[Layer]:
+        return [debian.package_layer(pins.pins, created_by, deb_cache, suite=suite, slim=True), user_layer()]
+
+    parts = [{"debs": debian.pins_key(pins.pins), "suite": pins.suite, "slim": True, "created_by": created_by},
+             layer_key(user_layer())]
+    layout, digest, cached = cached_build(cache, recipe_key(parts, config_doc), layers, config_doc)
+    upstream = catalog.POSTGRESQL_OPERANDS[major]
+    return BuiltImage(COMPONENT, name, ImageRef(upstream.registry, upstream.repository, upstream.tag), layout, digest,
+                      cached, note=f"Debian's postgresql-{major} {version}")

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.rehearsal import fake_nodes
 from trainyard.project import Stack
-from trainyard.rehearsal import factory
+from trainyard.rehearsal import factory, volumes
 from trainyard.rehearsal.cluster import CONTROL_PLANE, ControlPlane
 from trainyard.rehearsal.controllers import Controllers
 from trainyard.rehearsal.kube import Kube, KubeError, Manifest, wait_until
@@ -43,8 +43,6 @@ from trainyard.rehearsal.scenario import Job, Scenario, seconds
 from trainyard.rehearsal.settings import HOST, ClusterError, Settings
 from trainyard.rehearsal.stack import InCluster, write_rehearsal_stack
 from trainyard.rehearsal.trainjobs import trainjob_for
-from trainyard.rehearsal.volumes import FIELD_MANAGER as VOLUMES_FIELD_MANAGER
-from trainyard.rehearsal.volumes import node_local_volumes
 
 if TYPE_CHECKING:
     from trainyard.rehearsal.node import RealNode
@@ -119,10 +117,12 @@ class Rehearsal:
               f"Trainer v{self.config.versions.trainer}; export KUBECONFIG={self.settings.kubeconfig}", flush=True)
 
     def _real_node(self) -> RealNode:
+        from trainyard.rehearsal.mirror import registry_hosts
         from trainyard.rehearsal.node import RealNode
 
         # The stack's NetworkPolicies are enforced on it (kube-router's firewall): the platform must work inside them.
-        return RealNode(self.settings, REAL_NODE, 0, proxy=True, dns=True, network_policy=True)
+        hosts = registry_hosts(self.config, self.in_cluster) if self.in_cluster is not None else ()
+        return RealNode(self.settings, REAL_NODE, 0, proxy=True, dns=True, network_policy=True, registry_hosts=hosts)
 
     def _real_node_up(self) -> None:
         """The real node the controllers' pods run on, and the mirror the stack is deployed from."""
@@ -131,16 +131,16 @@ class Rehearsal:
         assert self.in_cluster is not None
         (self.settings.state_dir / REAL_NODES_MARKER).write_text(",".join(self.in_cluster.controllers) + "\n")
         start = time.monotonic()
-        node = self._real_node()
-        node.up()
-        # Its disk, for the claims of pods that run for real (the MLflow database): statically provisioned local
-        # volumes (volumes.py), which a pod's fsGroup applies to.
-        self.kube.apply(node_local_volumes(REAL_NODE, node.layout.path("volumes")), VOLUMES_FIELD_MANAGER)
+        self._real_node().up()
         print(f"==> real node {REAL_NODE} Ready in {time.monotonic() - start:.0f}s", flush=True)
         start = time.monotonic()
         for line in fill_mirror(self.stack, self.config, self.in_cluster, self.settings.tools_dir):
             print(f"    {line}", flush=True)
         print(f"==> the rehearsal's mirror filled in {time.monotonic() - start:.0f}s", flush=True)
+        store = volumes.object_store_volume(self.config, self.settings.state_dir, REAL_NODE)
+        for volume in [*([store] if store is not None else []),
+                       *volumes.database_volumes(self.config, self.settings.state_dir, REAL_NODE)]:
+            print(f"    {volumes.provide(self.kube, volume)}", flush=True)
 
     def _claim_cluster(self) -> None:
         """One stack per rehearsal cluster: its queues, nodes and tenants would mix with another's."""
@@ -232,11 +232,26 @@ class Rehearsal:
         return run
 
     def installed_namespaces(self) -> list[str]:
-        """The namespaces of the controllers whose charts this rehearsal installs (none without real nodes)."""
-        from trainyard.manifests import installs, mlflow
+        """The namespaces of the charts this rehearsal installs (none without real nodes): the controllers', the
+        object store's and CloudNativePG's."""
+        from trainyard.manifests import installs, mlflow, object_store
 
-        releases = [*installs.releases(self.config), *(mlflow.releases(self.config) if self.config.mlflow.enabled else [])]
+        releases = [*installs.releases(self.config), *object_store.build(self.config).releases,
+                    *(mlflow.releases(self.config) if self.config.mlflow.enabled else [])]
         return sorted({r.namespace for r in releases if not r.external})
+
+    def object_store_namespace(self) -> str | None:
+        """The object store's namespace when its server runs here (its chart installed), else None."""
+        from trainyard.manifests import object_store
+
+        installed = [r for r in object_store.build(self.config).releases if not r.external]
+        return installed[0].namespace if installed else None
+
+    def provisioning_jobs(self) -> list[Manifest]:
+        from trainyard.manifests.object_store import PROVISIONER_LABEL
+
+        namespace = self.object_store_namespace()
+        return self.kube.items("jobs.batch", namespace, selector=f"{PROVISIONER_LABEL}=true") if namespace else []
 
     def postgres_clusters(self) -> list[tuple[str, str]]:
         """(namespace, name) of the CloudNativePG Clusters the stack declares where their operator runs here."""
@@ -268,13 +283,16 @@ class Rehearsal:
         return found
 
     def wait_platform_ready(self, timeout: float = 600) -> str:
-        """Every Deployment the installed charts made is Available, every pod of theirs Ready, on a real node, and
-        every PostgreSQL Cluster the stack declares Ready there; returns the pods as ``kubectl get pods -o wide``
-        lists them."""
+        """Every Deployment the installed charts made is Available, every pod of theirs Ready, on a real node, the
+        object store's provisioning Job (where the object store runs here) Complete, and every PostgreSQL Cluster the
+        stack declares Ready there; returns the pods as ``kubectl get pods -o wide`` lists them, and the Job."""
         namespaces = self.installed_namespaces()
+        store = self.object_store_namespace()
 
         def problems() -> list[str]:
             found = []
+            if store is not None:
+                found += self._provisioning_problems(store)
             for namespace in namespaces:
                 deployments = self.kube.items("deployments", namespace)
                 if not deployments:
@@ -294,8 +312,28 @@ class Rehearsal:
             wait_until("the platform's pods to be Ready on the real node", lambda: not problems(), timeout)
         except TimeoutError:
             raise ClusterError("the platform is not Ready: " + "; ".join(problems())) from None
-        return "\n".join(self.kube.run("get", "pods", "-n", namespace, "-o", "wide").stdout.rstrip()
-                         for namespace in [*namespaces, *sorted({ns for ns, _ in self.postgres_clusters()})])
+        shown = [self.kube.run("get", "pods", "-n", namespace, "-o", "wide").stdout.rstrip()
+                 for namespace in [*namespaces, *sorted({ns for ns, _ in self.postgres_clusters()})]]
+        if store is not None:
+            shown.append(self.kube.run("get", "jobs", "-n", store).stdout.rstrip())
+        return "\n".join(shown)
+
+    def _provisioning_problems(self, namespace: str) -> list[str]:
+        """Why the object store's provisioning Job is not Complete (empty once it is); a failed one with its log."""
+        jobs = self.provisioning_jobs()
+        if not jobs:
+            return [f"{namespace}: no provisioning Job yet"]
+        found = []
+        for job in jobs:
+            conditions = {c["type"]: c for c in job.get("status", {}).get("conditions", []) if c.get("status") == "True"}
+            name = job["metadata"]["name"]
+            if "Failed" in conditions:
+                log = self.kube.run("logs", f"job/{name}", "-n", namespace, "--tail=20", check=False)
+                found.append(f"{namespace}/{name} failed ({conditions['Failed'].get('reason')}): "
+                             f"{(log.stdout or log.stderr).strip()[-1500:]}")
+            elif "Complete" not in conditions:
+                found.append(f"{namespace}/{name}: not complete ({job.get('status', {}).get('failed', 0)} failed runs)")
+        return found
 
     def deployed_digest(self) -> str:
         return hashlib.sha256(self.stack_file.read_bytes()).hexdigest()
