@@ -160,11 +160,7 @@ def postgres_cluster(config: PlatformConfig, lock: ImageLock | None = None) -> M
     }
     # The instances are platform system pods: placed with the controllers (system_pods), through the Cluster's own
     # affinity (Ref: postgresql.cnpg.io_clusters.yaml spec.affinity.nodeSelector, spec.affinity.tolerations).
-    affinity: dict[str, Any] = {}
-    if config.system_pods.node_selector:
-        affinity["nodeSelector"] = dict(sorted(config.system_pods.node_selector.items()))
-    if config.system_pods.tolerations:
-        affinity["tolerations"] = placement.tolerations(config)
+    affinity = placement.pod_placement(config)
     if affinity:
         spec["affinity"] = affinity
     if db.wal_storage_size is not None:
