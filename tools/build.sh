@@ -47,11 +47,12 @@ BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kubelet pulumi kueue cnpg tr
 CLUSTER_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes kueue jobset trainer kwok crane)
 # What a real rehearsal node needs besides the control plane (docs/rehearsal.md "Real nodes"): the kubelet
 # and kube-proxy, kube-router (its network policy controller only: NetworkPolicy enforcement), CoreDNS (the
-# cluster DNS its pods query), and crane for the loopback registry its images are pulled from. containerd, runc, the CNI plugins, iptables and ipset come
-# from Debian (the node's prerequisites check names them).
-NODE_TOOLS=(etcd kube-apiserver kubelet kube-router coredns crane)
+# cluster DNS its pods query), crane for the loopback registry its images are pulled from, and CloudNativePG's
+# operator (the node tier runs the MLflow database: tests/node/test_postgres_on_real_node.py). containerd, runc,
+# the CNI plugins, iptables and ipset come from Debian (the node's prerequisites check names them).
+NODE_TOOLS=(etcd kube-apiserver kubelet kube-router coredns crane cnpg)
 # Tools outside `all` (so `make tools` and CI's `tools/build.sh all` do not build them yet; docs/tools.md has
-# their cold and warm figures): built by name or by their group.
+# their cold and warm figures): built by name or by their group (.ci/run names them beside `all`).
 OPTIONAL_TOOLS=(kubelet kube-router coredns cnpg)
 
 # ---------------------------------------------------------------- versions
