@@ -24,11 +24,13 @@ plugins and nftables; skips saying which is missing elsewhere (`make test-node`)
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -91,6 +93,8 @@ def test_the_controllers_run_from_the_mirror_by_the_built_digest_on_the_real_nod
     for namespace in live.installed_namespaces():
         for pod in _pods(live, namespace):
             assert pod["spec"]["nodeName"] == REAL_NODE, pod["metadata"]["name"]
+            if pod["status"].get("phase") == "Succeeded":
+                continue  # the object store's provisioning Job (its own test below)
             assert all(c["ready"] for c in pod["status"]["containerStatuses"]), pod["status"]
             for container, status in zip(pod["spec"]["containers"], pod["status"]["containerStatuses"], strict=True):
                 image = container["image"]
@@ -101,7 +105,7 @@ def test_the_controllers_run_from_the_mirror_by_the_built_digest_on_the_real_nod
                 assert status["imageID"].endswith(digest), status["imageID"]  # what containerd ran
                 seen.append(f"{namespace}/{pod['metadata']['name']}: {image}")
     print("\n".join(seen))
-    assert len(seen) == 3, seen  # Kueue, JobSet, Trainer
+    assert len(seen) == 4, seen  # Kueue, JobSet, Trainer, SeaweedFS
 
 
 def _run_jobs(live: Rehearsal, suffix: str) -> None:
@@ -128,6 +132,155 @@ def test_trainjobs_go_through_the_controllers_running_as_pods(live: Rehearsal) -
     workloads = live.workloads("*")
     assert workloads and all(any(c["type"] == "Finished" and c["status"] == "True"
                                  for c in w["status"].get("conditions", [])) for w in workloads), workloads
+
+
+# ------------------------------------------------------------------------------------------ the object store
+
+def _store(live: Rehearsal) -> str:
+    namespace = live.object_store_namespace()
+    assert namespace is not None, "the object store's chart is external: SeaweedFS does not run here"
+    return namespace
+
+
+def _provisioner_image(live: Rehearsal) -> str:
+    (job,) = live.provisioning_jobs()
+    image: str = job["spec"]["template"]["spec"]["containers"][0]["image"]
+    return image
+
+
+def _run_python(live: Rehearsal, namespace: str, name: str, script: str, secret: str,
+                labels: dict[str, str] | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``script`` with the provisioner image in a restricted pod of ``namespace`` (the keys of ``secret`` as its
+    environment) on the real node; its last output line is JSON, returned with the seconds it took."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+           "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
+                    "nodeSelector": {"kubernetes.io/hostname": REAL_NODE},
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [{"name": "s3", "image": _provisioner_image(live), "command": ["python3", "-c", script],
+                                    "envFrom": [{"secretRef": {"name": secret}}],
+                                    "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+                                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                                                  "limits": {"cpu": "500m", "memory": "256Mi"}},
+                                    "securityContext": {"allowPrivilegeEscalation": False,
+                                                        "readOnlyRootFilesystem": True,
+                                                        "capabilities": {"drop": ["ALL"]}}}]}}
+    start = time.monotonic()
+    live.kube.create(pod)
+    try:
+        phase = wait_until(f"pod {namespace}/{name} to finish", lambda: (
+            live.kube.get("pod", name, namespace).get("status", {}).get("phase") in ("Succeeded", "Failed")
+            and live.kube.get("pod", name, namespace)["status"]["phase"]), 180, interval=1)
+        log = live.kube.run("logs", name, "-n", namespace).stdout
+    finally:
+        live.kube.delete("pod", name, namespace=namespace)
+    assert phase == "Succeeded", log
+    return {**json.loads(log.strip().splitlines()[-1]), "seconds": time.monotonic() - start}
+
+
+def test_the_object_store_runs_on_the_real_node_and_the_provisioning_job_completed(live: Rehearsal) -> None:
+    namespace = _store(live)
+    assert live.in_cluster is not None
+    lock = load_lock(live.in_cluster.lock_file)
+    (server,) = [p for p in _pods(live, namespace) if p["status"].get("phase") == "Running"]
+    (status,) = server["status"]["containerStatuses"]
+    image = server["spec"]["containers"][0]["image"]
+    tagged, digest = image.split("@")
+    assert server["spec"]["nodeName"] == REAL_NODE and status["ready"], server["status"]
+    assert tagged == "trainyard.local/mirror/chrislusf/seaweedfs:4.44", tagged  # the name the stack's chart pulls
+    assert lock.entries[tagged].digest == digest and status["imageID"].endswith(digest)
+    version = live.kube.run("exec", "-n", namespace, server["metadata"]["name"], "--", "/usr/bin/weed", "version").stdout
+    claim = live.kube.get("persistentvolumeclaim", "seaweedfs-data", namespace)
+    volume = live.kube.get("persistentvolume", claim["spec"]["volumeName"])
+    assert claim["status"]["phase"] == "Bound" and volume["spec"]["local"]["path"].startswith(str(live.settings.state_dir))
+    (job,) = live.provisioning_jobs()
+    assert any(c["type"] == "Complete" and c["status"] == "True" for c in job["status"]["conditions"]), job["status"]
+    job_pods = live.kube.items("pods", namespace, selector=f"job-name={job['metadata']['name']}")
+    assert job_pods and all(p["spec"]["nodeName"] == REAL_NODE for p in job_pods)
+    log = live.kube.run("logs", f"job/{job['metadata']['name']}", "-n", namespace).stdout
+    print(f"{namespace}/{server['metadata']['name']} Ready on {REAL_NODE}: {image}\n  weed says: {version.splitlines()[0]}"
+          f"\n  claim seaweedfs-data -> {volume['metadata']['name']} ({volume['spec']['local']['path']})"
+          f"\n  Job {job['metadata']['name']}: Complete, {job['status'].get('failed', 0)} failed runs, "
+          f"{_provisioner_image(live)}\n{log}")
+    assert "4.53" in version  # the stand-in the module proxy serves for 4.44 (rehearsal/seaweedfs_image.py)
+
+
+LIST_BUCKETS = """
+import boto3, json
+from botocore.config import Config
+s3 = boto3.client("s3", config=Config(s3={"addressing_style": "path"}))
+out = {}
+for bucket in sorted(b["Name"] for b in s3.list_buckets()["Buckets"]):
+    entry = {"versioning": s3.get_bucket_versioning(Bucket=bucket).get("Status")}
+    try:
+        rule = s3.get_object_lock_configuration(Bucket=bucket)["ObjectLockConfiguration"].get("Rule", {})
+        entry["lock"] = rule.get("DefaultRetention")
+    except Exception as exc:
+        entry["lock"] = None
+    out[bucket] = entry
+print(json.dumps(out))
+"""
+
+OWN_AND_OTHER = """
+import boto3, json, os
+from botocore.config import Config
+from botocore.exceptions import ClientError
+s3 = boto3.client("s3", config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+own, other = os.environ["OWN"], os.environ["OTHER"]
+def attempt(call):
+    try:
+        return call() or "ok"
+    except ClientError as exc:
+        return exc.response["Error"]["Code"]
+key = "probe/" + os.environ["HOSTNAME"]
+out = {"identity": os.environ["AWS_ACCESS_KEY_ID"][:4] + "...", "endpoint": os.environ["AWS_ENDPOINT_URL"],
+       "put own": attempt(lambda: s3.put_object(Bucket=own, Key=key, Body=b"checkpoint bytes") and None),
+       "get own": attempt(lambda: s3.get_object(Bucket=own, Key=key)["Body"].read().decode()),
+       "list own": attempt(lambda: [o["Key"] for o in s3.list_objects_v2(Bucket=own).get("Contents", [])]),
+       "put other": attempt(lambda: s3.put_object(Bucket=other, Key=key, Body=b"x") and None),
+       "list other": attempt(lambda: s3.list_objects_v2(Bucket=other) and None),
+       "buckets listed": attempt(lambda: sorted(b["Name"] for b in s3.list_buckets()["Buckets"]))}
+print(json.dumps(out))
+"""
+
+
+def test_every_tenants_buckets_exist_as_planned(live: Rehearsal) -> None:
+    from trainyard.manifests import object_store
+
+    namespace = _store(live)
+    # The admin identity, from a pod the object store's policy admits (the provisioner's label).
+    seen = _run_python(live, namespace, "list-buckets", LIST_BUCKETS, object_store.ADMIN_SECRET,
+                       {object_store.PROVISIONER_LABEL: "true"},
+                       {"AWS_ENDPOINT_URL": object_store.endpoint_url(live.config),
+                        "AWS_DEFAULT_REGION": object_store.region(live.config)})
+    TIMINGS["a pod of the provisioner image listed every bucket"] = seen.pop("seconds")
+    print(json.dumps(seen, indent=1))
+    planned = {b["name"]: b for b in object_store.buckets(live.config)}
+    assert set(planned) <= set(seen), sorted(set(planned) - set(seen))
+    for name, bucket in planned.items():
+        assert seen[name]["versioning"] == ("Enabled" if bucket["versioning"] else None), (name, seen[name])
+        lock = bucket["objectLock"]
+        assert (seen[name]["lock"] or None) == ({"Mode": lock["mode"], "Days": lock["days"]} if lock else None), \
+            (name, seen[name])
+
+
+def test_a_tenant_reads_and_writes_its_own_bucket_and_is_refused_the_others(live: Rehearsal) -> None:
+    from trainyard.manifests import object_store
+    from trainyard.manifests.meta import OBJECT_STORE_SECRET
+
+    tenants = list(live.config.tenants)
+    for tenant, other in zip(tenants, tenants[1:] + tenants[:1], strict=True):
+        own = object_store.bucket_name(live.config, tenant, "checkpoints")
+        theirs = object_store.bucket_name(live.config, other, "checkpoints")
+        script = f"import os\nos.environ.update(OWN={own!r}, OTHER={theirs!r})\n" + OWN_AND_OTHER
+        seen = _run_python(live, tenant.namespace_name, "s3-probe", script, OBJECT_STORE_SECRET)
+        TIMINGS[f"{tenant.name}'s pod: own bucket written and read, {other.name}'s refused"] = seen.pop("seconds")
+        print(f"{tenant.name} ({tenant.namespace_name}) -> {json.dumps(seen)}")
+        assert seen["put own"] == "ok" and seen["get own"] == "checkpoint bytes", seen
+        assert any(key.startswith("probe/") for key in seen["list own"]), seen
+        assert seen["put other"] == "AccessDenied" and seen["list other"] == "AccessDenied", seen
+        assert theirs not in seen["buckets listed"], seen
 
 
 def test_a_second_up_changes_nothing(live: Rehearsal) -> None:

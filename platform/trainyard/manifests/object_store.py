@@ -32,6 +32,7 @@ from typing import Any
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig, Tenant
 from trainyard.config.object_store import MINIO_TENANT_NAME, PURPOSES, ObjectStore, Purpose, ServiceIdentity
+from trainyard.manifests import placement
 from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.generated import GeneratedValue
@@ -278,8 +279,13 @@ def namespace(store: ObjectStore, name: str | None = None) -> Manifest:
             "metadata": metadata(name or store.namespace, labels={**LABELS, **PSA_LABELS})}
 
 
+# The uid/gid the object store's pods run as: SeaweedFS's own user (its image's `seaweed`, 1000) and the provisioner's
+# (its image's USER 1000:1000, provisioning/image/Containerfile).
+RESTRICTED_USER = 1000
+
+
 def _restricted_pod() -> dict[str, Any]:
-    return {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
+    return {"runAsNonRoot": True, "runAsUser": RESTRICTED_USER, "runAsGroup": RESTRICTED_USER, "fsGroup": RESTRICTED_USER,
             "seccompProfile": {"type": "RuntimeDefault"}}
 
 
@@ -301,7 +307,10 @@ def provisioning_objects(config: PlatformConfig, lock: ImageLock | None = None) 
     # SeaweedFS reads its identities from its own file; only an admin API needs the keys handed over.
     keys = _json(_identity_keys(config)) if "identities" in provisioning_plan(config) else None
     admin_secret = store.external.admin_secret if store.external is not None else ADMIN_SECRET
-    digest = _hash(script, plan, keys or "", image, admin_secret, endpoint_url(config))
+    # Where the Job runs is part of its (immutable) template: a new placement is a new Job, like any new input. A
+    # stack without system_pods hashes exactly what it did before.
+    where = placement.pod_placement(config)
+    digest = _hash(script, plan, keys or "", image, admin_secret, endpoint_url(config), *([_json(where)] if where else []))
     labels = {**LABELS, PROVISIONER_LABEL: "true"}
     ns = store.namespace
     out: list[Manifest] = [{"apiVersion": "v1", "kind": "ConfigMap",
@@ -326,6 +335,7 @@ def provisioning_objects(config: PlatformConfig, lock: ImageLock | None = None) 
                 "spec": {
                     "restartPolicy": "OnFailure",
                     "automountServiceAccountToken": False,
+                    **where,
                     "securityContext": _restricted_pod(),
                     "containers": [{
                         "name": "provision",
@@ -413,7 +423,8 @@ def seaweedfs_objects(config: PlatformConfig, lock: ImageLock) -> tuple[list[Man
     }
     # The chart renders seaweedfs-sftp-secret whenever allInOne is on (templates/sftp/sftp-secret.yaml),
     # with passwords and an SSH host key generated at render time; SFTP stays off and the Secret unused.
-    release = dataclasses.replace(_chart(config, "seaweedfs", SEAWEEDFS_RELEASE, store.namespace, values),
+    release = dataclasses.replace(_chart(config, "seaweedfs", SEAWEEDFS_RELEASE, store.namespace,
+                                         placement.placed(config, "seaweedfs", values)),
                                   regenerated_secrets=(f"{SEAWEEDFS_RELEASE}-sftp-secret",))
     return [claim, identities_secret, _admin_secret(store)], [release]
 

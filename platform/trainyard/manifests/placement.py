@@ -11,11 +11,20 @@ Refs (the chart values of the pinned versions, ../shared/charts):
 - cert-manager v1.21.1 ``values.yaml`` ``global.nodeSelector`` (merged into every component's) and each
   component's ``tolerations`` (top level for the controller, ``webhook``, ``cainjector``, ``startupapicheck``)
 - kserve-resources v0.20.0 ``values.yaml`` ``kserve.controller.nodeSelector``/``tolerations``
+- cloudnative-pg 0.29.0 ``values.yaml`` ``nodeSelector``/``tolerations`` (templates/deployment.yaml); the PostgreSQL
+  instances themselves through the Cluster's ``spec.affinity`` (``manifests/mlflow.py``)
+- seaweedfs 4.44.0 ``values.yaml`` ``allInOne.nodeSelector``/``tolerations``: strings, which
+  templates/all-in-one/all-in-one-deployment.yaml renders with ``tpl`` (so they are written here as YAML text)
+
+Pods Trainyard declares itself (the object store's provisioning Job) take ``pod_placement``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+import yaml
 
 from trainyard.config.model import PlatformConfig
 
@@ -28,7 +37,11 @@ SELECTOR_PATHS: dict[str, tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, ..
                      (("tolerations",), ("webhook", "tolerations"), ("cainjector", "tolerations"),
                       ("startupapicheck", "tolerations"))),
     "kserve": ((("kserve", "controller", "nodeSelector"),), (("kserve", "controller", "tolerations"),)),
+    "cnpg": ((("nodeSelector",),), (("tolerations",),)),
+    "seaweedfs": ((("allInOne", "nodeSelector"),), (("allInOne", "tolerations"),)),
 }
+# Charts that take these values as a string and render it with `tpl`: the value is YAML text.
+TEMPLATED = frozenset({"seaweedfs"})
 
 
 def tolerations(config: PlatformConfig) -> list[dict[str, str]]:
@@ -53,14 +66,29 @@ def chart_values(config: PlatformConfig, component: str) -> dict[str, Any]:
     """The values that place ``component``'s controller pods on the system nodes; empty where nothing is set
     (so a stack without ``system_pods`` renders exactly as before)."""
     selector_paths, toleration_paths = SELECTOR_PATHS.get(component, ((), ()))
+    written: Callable[[object], object] = _yaml_text if component in TEMPLATED else (lambda value: value)
     values: dict[str, Any] = {}
     if config.system_pods.node_selector:
         for path in selector_paths:
-            _put(values, path, dict(sorted(config.system_pods.node_selector.items())))
+            _put(values, path, written(dict(sorted(config.system_pods.node_selector.items()))))
     if config.system_pods.tolerations:
         for path in toleration_paths:
-            _put(values, path, tolerations(config))
+            _put(values, path, written(tolerations(config)))
     return values
+
+
+def _yaml_text(value: object) -> str:
+    return yaml.safe_dump(value, sort_keys=False, default_flow_style=False)
+
+
+def pod_placement(config: PlatformConfig) -> dict[str, Any]:
+    """``nodeSelector`` and ``tolerations`` of a platform pod Trainyard declares itself (empty where unset)."""
+    placement: dict[str, Any] = {}
+    if config.system_pods.node_selector:
+        placement["nodeSelector"] = dict(sorted(config.system_pods.node_selector.items()))
+    if config.system_pods.tolerations:
+        placement["tolerations"] = tolerations(config)
+    return placement
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,10 @@
-"""The image factory: the Kueue, JobSet and Trainer controller images, built here and pushed under a stack's mirror names.
+"""The image factory: the images the rehearsal runs in its cluster, built here and pushed under the stack's names.
 
-No container registry is reachable, so the images the controllers' charts pull are made on this machine, as an
-air-gapped site fills its own mirror. Each is laid out as its upstream Dockerfile lays it out, on a base of
-distroless ``static:nonroot``'s files (``rehearsal/base_layer.py``):
+No container registry is reachable, so the images the charts pull are made on this machine, as an air-gapped site
+fills its own mirror: the controllers' (below), SeaweedFS's (``seaweedfs_image.py``) and Trainyard's own object-store
+provisioner (``provisioner_image.py``, on the factory's Python base, ``python_base.py``). ``build_images`` builds the
+ones a list of chart components needs. The controller images are each laid out as its upstream Dockerfile lays it out,
+on a base of distroless ``static:nonroot``'s files (``rehearsal/base_layer.py``):
 
 - ``kueue/kueue``: binary ``kueue`` (sigs.k8s.io/kueue ``./cmd/kueue``); sigs.k8s.io/kueue@v0.19.2:Dockerfile:17-21
   (``WORKDIR /``, ``USER 65532:65532``, ``ENTRYPOINT ["/manager"]``, ``COPY ... /manager``).
@@ -11,6 +13,9 @@ distroless ``static:nonroot``'s files (``rehearsal/base_layer.py``):
 - ``kubeflow/trainer/trainer-controller-manager``: binary ``trainer-controller-manager``
   (``./cmd/trainer-controller-manager``); github.com/kubeflow/trainer/v2@v2.3.0:cmd/trainer-controller-manager/
   Dockerfile:31-34: ``/manager``, ``WORKDIR /``, no ``USER`` (the base's ``65532``).
+- ``cloudnative-pg/cloudnative-pg``: binary ``cnpg-manager`` (``./cmd/manager``: the operator and the instance
+  manager in one); cloudnative-pg@v1.30.0:Dockerfile: ``/operator/manager_amd64`` owned by nonroot, ``/manager`` a
+  link to it, ``/licenses``, ``USER 65532:65532`` (the recipe below says why the link matters).
 
 The binaries are ``tools/build.sh``'s (CGO_ENABLED=0, -trimpath, the upstream Makefiles' -X version flags).
 Every chart runs ``command: [/manager]`` (kueue 0.19.2 templates/manager/manager.yaml:59, jobset 0.12.0
@@ -30,14 +35,15 @@ renders. A stack without a mirror is refused: an image built here is not upstrea
 Cache: a built layout is kept under ``$TRAINYARD_IMAGE_CACHE`` (default ``$XDG_CACHE_HOME/trainyard/images``) in a
 directory named by a hash of everything it is made of (every entry's path, mode, owner and content hash, the
 config, the history lines, the layout format), written to a temporary directory and renamed, so a second build of
-the same inputs only hashes the binaries. Push: ``supply.registry.RegistryClient`` (blobs the registry lacks, then the
-manifest under the tag; the registry verifies every digest), the mirror host mapped to the loopback registry.
+the same inputs only hashes the binaries. A layer of pinned Debian packages or wheels enters the hash by its pins (each
+a file's sha256), so a second build of an image made of them reads none of them. Push:
+``supply.registry.RegistryClient`` (blobs the registry lacks, then the manifest under the tag; the registry verifies
+every digest), the mirror host mapped to the loopback registry.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import shutil
@@ -49,16 +55,23 @@ from typing import IO
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.installs import upstream_image
 from trainyard.project import Stack
+from trainyard.rehearsal import postgres_image, provisioner_image, seaweedfs_image
 from trainyard.rehearsal.base_layer import ENV, base_layer
-from trainyard.rehearsal.images import MANIFEST, Entry, ImageError, Layer, is_static_elf, write_image
+from trainyard.rehearsal.image_cache import (
+    BuiltImage,
+    cache_root,
+    cached_layout,
+)
+from trainyard.rehearsal.image_cache import (
+    targets as _targets,
+)
+from trainyard.rehearsal.images import MANIFEST, Entry, ImageError, Layer, is_static_elf
 from trainyard.supply.lock import DEFAULT_LOCK_FILE, LockFileError
 from trainyard.supply.lock_refresh import LockRefresh, refresh
-from trainyard.supply.reference import ImageRef, mirrored
+from trainyard.supply.reference import ImageRef
 from trainyard.supply.registry import FetchedManifest, RegistryClient, RegistryError, RegistryUnreachable
 
 ENTRYPOINT = "/manager"
-# Bumped whenever write_image or the recipe changes how the same inputs are laid out (a new cache key).
-LAYOUT_FORMAT = "trainyard.factory/v1"
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,11 @@ class Recipe:
     module: str
     package: str
     user: str  # the Dockerfile's USER, or the base's
+    path: str = ENTRYPOINT.lstrip("/")  # where the Dockerfile COPYs the binary
+    owner: int = 0  # COPY --chown's uid and gid (root without it)
+    links: tuple[tuple[str, str], ...] = ()  # (path, target) symbolic links the Dockerfile makes
+    version_prefix: str = ""  # share/<tool>/VERSION is the module version: "v" + the image tag where they differ
+    share: tuple[str, ...] = ()  # files and directories of share/<tool> the Dockerfile COPYs (same path in the image)
 
 
 RECIPES = (
@@ -79,41 +97,25 @@ RECIPES = (
     # No USER in Trainer's Dockerfile: distroless static:nonroot's user is "65532" (static/static.bzl, user = "%d" % uid).
     Recipe("trainer", "trainer", "trainer-controller-manager", "github.com/kubeflow/trainer/v2",
            "./cmd/trainer-controller-manager", "65532"),
+    # cloudnative-pg@v1.30.0:Dockerfile:13-18: the binary at /operator/manager_amd64 (--chown=nonroot:nonroot,
+    # --chmod=0755), /manager a link to it (made in the builder stage: `ln -sf operator/manager_${TARGETARCH} manager`),
+    # /licenses, USER 65532:65532, WORKDIR /. The link matters: every PostgreSQL pod's init container runs
+    # `/manager bootstrap /controller/manager` (pkg/specs/containers.go:39-43), which copies cmd.Root().Name(), the
+    # relative path "manager", from the working directory / (internal/cmd/manager/bootstrap/cmd.go).
+    Recipe("cnpg", "cnpg", "cnpg-manager", "github.com/cloudnative-pg/cloudnative-pg", "./cmd/manager", "65532:65532",
+           path="operator/manager_amd64", owner=65532, links=(("manager", "operator/manager_amd64"),),
+           version_prefix="v", share=("licenses", "LICENSE")),
 )
-COMPONENTS = tuple(recipe.component for recipe in RECIPES)
+CONTROLLERS = tuple(recipe.component for recipe in RECIPES)
+SEAWEEDFS = "seaweedfs"
+CNPG = "cnpg"
+# The chart components whose images the factory builds: what the rehearsal with real nodes runs in its cluster.
+COMPONENTS = (*CONTROLLERS, SEAWEEDFS)
 
 
-@dataclass(frozen=True)
-class BuiltImage:
-    """A controller image as an OCI layout: the name it is pushed under, and its manifest digest."""
-
-    component: str
-    target: ImageRef  # <mirror><upstream repository>:<tag>
-    upstream: ImageRef
-    layout: Path
-    digest: str
-    cached: bool  # the layout came from the cache
-
-    @property
-    def reference(self) -> str:
-        """What the stack renders once the lock holds this image's digest."""
-        return f"{self.target.tagged}@{self.digest}"
-
-
-def cache_root() -> Path:
-    given = os.environ.get("TRAINYARD_IMAGE_CACHE")
-    if given:
-        return Path(given)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainyard" / "images"
-
-
-def targets(config: PlatformConfig, components: Iterable[str] = COMPONENTS) -> dict[str, ImageRef]:
-    """The name each controller image is pushed under: what the stack's charts pull (before the lock's digest)."""
-    if config.images.registry_mirror is None:
-        raise ImageError("the stack has no images.registry_mirror: the factory's images are pushed under a mirror's "
-                         "names only (an image built here is not upstream's and must not be named as it)")
-    return {component: mirrored(upstream_image(config, component), config.images.registry_mirror)
-            for component in components}
+def targets(config: PlatformConfig, components: Iterable[str] = CONTROLLERS) -> dict[str, ImageRef]:
+    """The name each component's image is pushed under (the controllers' by default)."""
+    return _targets(config, components)
 
 
 def controller_binary(tools_dir: Path, recipe: Recipe, tag: str) -> bytes:
@@ -123,7 +125,7 @@ def controller_binary(tools_dir: Path, recipe: Recipe, tag: str) -> bytes:
         raise ImageError(f"{path} not found: build it with `tools/build.sh {recipe.tool}` (or `make cluster-tools`)")
     version_file = tools_dir / "share" / recipe.tool / "VERSION"
     built = version_file.read_text(encoding="utf-8").strip() if version_file.is_file() else None
-    if built != tag:
+    if built != recipe.version_prefix + tag:
         raise ImageError(f"{path} was built from {recipe.module}@{built or '? (no ' + str(version_file) + ')'}, "
                          f"but the stack pins {tag}: the image's tag must be the binary's version "
                          f"(tools/build.sh {recipe.tool} builds the version pinned there)")
@@ -145,75 +147,78 @@ def image_config(recipe: Recipe, upstream: ImageRef) -> dict[str, object]:
     }
 
 
-def binary_layer(recipe: Recipe, binary: bytes, tag: str) -> Layer:
-    return Layer((Entry(ENTRYPOINT.lstrip("/"), binary, mode=0o755),),
-                 f"COPY {ENTRYPOINT}: {recipe.binary} built by tools/build.sh from {recipe.module}@{tag} "
-                 f"{recipe.package} (CGO_ENABLED=0, -trimpath)")
+def binary_layer(recipe: Recipe, binary: bytes, tag: str, tools_dir: Path | None = None) -> Layer:
+    """The binary where the Dockerfile puts it (with the directories COPY makes for it), its links, and the files of
+    ``share/<tool>`` it copies (read from ``tools_dir``)."""
+    parents = [str(p) for p in reversed(Path(recipe.path).parents) if str(p) != "."]
+    entries = [*(Entry(d, mode=0o755, uid=recipe.owner, gid=recipe.owner) for d in parents),
+               Entry(recipe.path, binary, mode=0o755, uid=recipe.owner, gid=recipe.owner),
+               *(Entry(path, link=target, mode=0o777) for path, target in recipe.links)]
+    for name in recipe.share:
+        if tools_dir is None:
+            raise ImageError(f"the {recipe.component} image copies share/{recipe.tool}/{name}: no tools directory given")
+        entries += _shared_tree(tools_dir / "share" / recipe.tool, name, recipe.tool)
+    return Layer(tuple(entries), f"COPY /{recipe.path}: {recipe.binary} built by tools/build.sh from "
+                                 f"{recipe.module}@{tag} {recipe.package} (CGO_ENABLED=0, -trimpath)")
 
 
-def input_key(layers: Sequence[Layer], config: dict[str, object]) -> str:
-    """A hash of everything the layout is made of: equal keys, byte-identical layouts."""
-    doc = {"format": LAYOUT_FORMAT, "config": config,
-           "layers": [{"created_by": layer.created_by,
-                       "entries": [[e.path, e.mode, e.uid, e.gid, e.link,
-                                    None if e.data is None else hashlib.sha256(e.data).hexdigest()]
-                                   for e in sorted(layer.entries, key=lambda e: e.path)]}
-                      for layer in layers]}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+def _shared_tree(share: Path, name: str, tool: str) -> list[Entry]:
+    """``share/<tool>/<name>`` (a file or a directory tree) as root-owned entries under ``/<name>``."""
+    top = share / name
+    if not top.exists():
+        raise ImageError(f"{top} not found: run `tools/build.sh {tool}` (it copies {name} out of the module)")
+    paths = [top, *sorted(top.rglob("*"))] if top.is_dir() else [top]
+    out = []
+    for path in paths:
+        relative = str(path.relative_to(share))
+        if path.is_symlink():
+            out.append(Entry(relative, link=os.readlink(path), mode=0o777))
+        elif path.is_dir():
+            out.append(Entry(relative, mode=0o755))
+        else:
+            out.append(Entry(relative, path.read_bytes(), mode=0o644))
+    return out
 
 
-def layout_digest(layout: Path) -> str | None:
-    """The manifest digest of a complete layout (every blob its manifest names present, of its size), else None."""
-    try:
-        index = json.loads((layout / "index.json").read_text(encoding="utf-8"))
-        digest = str(index["manifests"][0]["digest"])
-        blobs = layout / "blobs" / "sha256"
-        manifest_bytes = (blobs / digest.removeprefix("sha256:")).read_bytes()
-        if "sha256:" + hashlib.sha256(manifest_bytes).hexdigest() != digest:
-            return None
-        manifest = json.loads(manifest_bytes)
-        for descriptor in [manifest["config"], *manifest["layers"]]:
-            if (blobs / str(descriptor["digest"]).removeprefix("sha256:")).stat().st_size != descriptor["size"]:
-                return None
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
-        return None
-    return digest
-
-
-def cached_layout(cache: Path, layers: Sequence[Layer], config: dict[str, object]) -> tuple[Path, str, bool]:
-    """The layout of ``layers`` + ``config`` from ``cache`` (built there first when absent): (path, digest, was cached)."""
-    final = cache / input_key(layers, config)
-    digest = layout_digest(final)
-    if digest is not None:
-        return final, digest, True
-    cache.mkdir(parents=True, exist_ok=True)
-    temporary = cache / f".tmp-{final.name[:16]}-{os.getpid()}"
-    digest = write_image(temporary, layers, config)
-    shutil.rmtree(final, ignore_errors=True)  # an incomplete entry (a crash, a full disk) is rebuilt
-    try:
-        os.replace(temporary, final)
-    except OSError:  # another build wrote the same entry meanwhile: same inputs, same bytes
-        shutil.rmtree(temporary, ignore_errors=True)
-    return final, digest, False
+def build_images(config: PlatformConfig, tools_dir: Path, cache: Path | None = None,
+                 components: Iterable[str] = COMPONENTS, root: Path = Path("/")) -> list[BuiltImage]:
+    """Every image the charts of ``components`` need in the cluster: the controllers'; for ``seaweedfs`` the server's
+    and the provisioning Job's (Trainyard's own, on the Python base), which creates the buckets on it; for ``cnpg``,
+    where the stack declares MLflow's database, the PostgreSQL operand (``postgres_image.py``)."""
+    wanted = list(components)
+    unknown = sorted(set(wanted) - set(COMPONENTS))
+    if unknown:
+        raise ImageError(f"no image recipe for {', '.join(unknown)} (the factory builds {', '.join(COMPONENTS)})")
+    directory = cache or cache_root()
+    out = build_controller_images(config, tools_dir, directory, [c for c in wanted if c in CONTROLLERS], root)
+    if SEAWEEDFS in wanted:
+        out.append(seaweedfs_image.build(config, tools_dir, directory, root))
+        out.append(provisioner_image.build(config, directory, root))
+    if CNPG in wanted and config.mlflow.enabled:
+        # The stack's PostgreSQL Cluster runs here: its operand, from Debian's packages.
+        out.append(postgres_image.build(config, directory))
+    return out
 
 
 def build_controller_images(config: PlatformConfig, tools_dir: Path, cache: Path | None = None,
-                            components: Iterable[str] = COMPONENTS, root: Path = Path("/")) -> list[BuiltImage]:
+                            components: Iterable[str] = CONTROLLERS, root: Path = Path("/")) -> list[BuiltImage]:
     """Build (or take from the cache) the controller images of ``components`` at the stack's versions.
 
     ``root`` is where the Debian packages of the base layer are read (``/``; tests use a fake tree).
     """
     wanted = list(components)
-    unknown = sorted(set(wanted) - set(COMPONENTS))
+    unknown = sorted(set(wanted) - set(CONTROLLERS))
     if unknown:
-        raise ImageError(f"no image recipe for {', '.join(unknown)} (the factory builds {', '.join(COMPONENTS)})")
+        raise ImageError(f"no controller image recipe for {', '.join(unknown)} (one of {', '.join(CONTROLLERS)})")
+    if not wanted:
+        return []
     names = targets(config, wanted)
     base = base_layer(root)
     out = []
     for recipe in (r for r in RECIPES if r.component in wanted):
         upstream = upstream_image(config, recipe.component)
         tag = str(upstream.tag)
-        layers = [base, binary_layer(recipe, controller_binary(tools_dir, recipe, tag), tag)]
+        layers = [base, binary_layer(recipe, controller_binary(tools_dir, recipe, tag), tag, tools_dir)]
         layout, digest, cached = cached_layout(cache or cache_root(), layers, image_config(recipe, upstream))
         out.append(BuiltImage(recipe.component, names[recipe.component], upstream, layout, digest, cached))
     return out
@@ -254,10 +259,11 @@ def push_images(images: Sequence[BuiltImage], registry: str) -> None:
 
 
 def lock_pushed(stack: Stack, images: Sequence[BuiltImage], registry: str) -> LockRefresh:
-    """Fill ``stack``'s image lock with what the loopback registry serves under the mirror host(s) of ``images`` and
-    write it: what ``trainyard images lock STACK --only-registry HOST --endpoint HOST=http://REGISTRY --insecure``
-    does. A lock file that does not exist yet starts as a copy of the project's lock, so every other image (the
-    runtimes') keeps its entry and the stack renders. Raises ImageError when the registry does not serve exactly the
+    """Fill ``stack``'s image lock with what the loopback registry serves for exactly ``images`` and write it: what
+    ``trainyard images lock STACK --only-registry HOST --endpoint HOST=http://REGISTRY --insecure`` does for the mirror
+    host (the provisioner's host also names images the factory does not build: those are not asked). A lock file
+    that does not exist yet starts as a copy of the project's lock, so every other image (the runtimes') keeps its
+    entry and the stack renders. Raises ImageError when the registry does not serve exactly the
     built digests."""
     path = Path(stack.config.images.lock_file)
     path = path if path.is_absolute() else stack.root / path
@@ -266,7 +272,7 @@ def lock_pushed(stack: Stack, images: Sequence[BuiltImage], registry: str) -> Lo
         shutil.copyfile(stack.root / DEFAULT_LOCK_FILE, path)
     hosts = sorted({image.target.registry for image in images})
     try:
-        result = refresh(stack, loopback_client(images, registry), only=hosts)
+        result = refresh(stack, loopback_client(images, registry), only=hosts, images=[i.target for i in images])
     except LockFileError as exc:
         raise ImageError(str(exc)) from None
     if not result.ok:

@@ -100,6 +100,21 @@ def _sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def merge(sources: Sequence[tuple[str, Sequence[Entry]]]) -> list[Entry]:
+    """The entries of several sources (Debian packages, wheels) as one layer's tree: a directory listed twice is kept
+    once (the first one's mode); a file or link two sources both ship must be the same in both, else the layer would
+    depend on an order (dpkg refuses such an overwrite too)."""
+    kept: dict[str, tuple[str, Entry]] = {}
+    for owner, entries in sources:
+        for entry in entries:
+            seen = kept.get(entry.path)
+            if seen is None:
+                kept[entry.path] = (owner, entry)
+            elif (seen[1].data, seen[1].link) != (entry.data, entry.link):
+                raise ImageError(f"/{entry.path} is in both {seen[0]} and {owner}, differently")
+    return [entry for _, entry in kept.values()]
+
+
 def layer_tar(entries: Sequence[Entry]) -> bytes:
     """A reproducible tar: entries sorted by path, mtime 0, each entry's numeric owner, no user or group names."""
     buffer = io.BytesIO()

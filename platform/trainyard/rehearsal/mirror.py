@@ -9,8 +9,11 @@ real nodes' loopback registry (``rehearsal/node.py``, ``LoopbackRegistry``), and
   dependencies and packaged as ``helm package`` would, then pushed as a Helm OCI artifact to
   ``<registry>/charts/<name>:<version>`` (the layout ``trainyard bom STACK --import`` writes; the same push:
   ``supply.airgap.push_chart``). The stack's ``charts.mirror`` names it (``stack.InCluster``).
-- **images**: the image factory's builds, pushed under the stack's mirror names; their digests go into the
-  rehearsal's own image lock (the repository's lock is never written).
+- **images**: the image factory's builds, pushed under the stack's mirror names (and Trainyard's own provisioner
+  image under the stack's own reference, whose host the node's containerd maps to the same registry:
+  ``registry_hosts``); their digests go into the rehearsal's own image lock (the repository's lock is never written).
+  Only the charts the stack installs get theirs (the local stack without MLflow needs no CloudNativePG operator), and
+  the PostgreSQL operand where the stack's MLflow database runs (``postgres_image.py``).
 
 Packages carry the epoch as their creation time, so the same chart gives the same artifact digest.
 """
@@ -18,6 +21,7 @@ Packages carry the epoch as their creation time, so the same chart gives the sam
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +30,7 @@ from trainyard import chart_mirror
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.chart_release import ChartRelease
 from trainyard.project import Stack
-from trainyard.rehearsal import factory
+from trainyard.rehearsal import factory, provisioner_image
 from trainyard.rehearsal.stack import InCluster
 from trainyard.supply import archive as fmt
 from trainyard.supply.airgap import chart_target, push_chart
@@ -96,15 +100,35 @@ def seed_lock(stack: Stack, in_cluster: InCluster) -> ImageLock:
     return seeded
 
 
-def push_images(stack: Stack, config: PlatformConfig, in_cluster: InCluster, tools_dir: Path) -> Iterator[str]:
-    """The in-cluster controllers' images: built by the factory (or taken from its cache), pushed under the stack's
-    mirror names, and locked: the rehearsal's lock then holds the digests the registry reports for them."""
-    built = factory.build_controller_images(config, tools_dir, components=in_cluster.controllers)
+def installed_controllers(in_cluster: InCluster, releases: list[ChartRelease]) -> tuple[str, ...]:
+    """The in-cluster components whose chart the stack installs: only their images are built and pushed (the local
+    stack without MLflow renders no CloudNativePG release, and so needs no operator image)."""
+    installed = {release.component for release in releases if not release.external}
+    return tuple(c for c in in_cluster.controllers if c in installed)
+
+
+def registry_hosts(config: PlatformConfig, in_cluster: InCluster) -> tuple[str, ...]:
+    """The registry hosts besides the mirror's whose images the rehearsal pushes to its registry: the provisioner's
+    (Trainyard's own image, named by the stack: ``registry.trainyard.internal``), when the object store runs in it."""
+    if factory.SEAWEEDFS not in in_cluster.controllers or config.object_store is None:
+        return ()
+    return (provisioner_image.target(config).registry,)
+
+
+def push_images(stack: Stack, config: PlatformConfig, in_cluster: InCluster, tools_dir: Path,
+                components: tuple[str, ...] | None = None) -> Iterator[str]:
+    """The images of what runs in the cluster (``components``, default every in-cluster one): built by the factory (or
+    taken from its cache), pushed under the names the stack renders, and locked: the rehearsal's lock then holds the
+    digests the registry reports for them."""
+    started = time.monotonic()
+    wanted = in_cluster.controllers if components is None else components
+    built = factory.build_images(config, tools_dir, components=wanted)
+    yield f"{len(built)} images built in {time.monotonic() - started:.1f}s ({sum(b.cached for b in built)} from the cache)"
     factory.push_images(built, in_cluster.registry)
     overlay = Stack(stack.name, stack.path, stack.root, config)
     factory.lock_pushed(overlay, built, in_cluster.registry)
     for image in built:
-        yield f"image {image.reference} ({'cached' if image.cached else 'built'})"
+        yield f"image {image.reference} ({'cached' if image.cached else 'built'}{'; ' + image.note if image.note else ''})"
 
 
 def fill_mirror(stack: Stack, config: PlatformConfig, in_cluster: InCluster, tools_dir: Path) -> Iterator[str]:
@@ -114,7 +138,8 @@ def fill_mirror(stack: Stack, config: PlatformConfig, in_cluster: InCluster, too
 
     lock = seed_lock(stack, in_cluster)
     yield f"image lock {in_cluster.lock_file} (from {stack.config.images.lock_file}: {len(lock.entries)} entries)"
-    yield from push_images(stack, config, in_cluster, tools_dir)
     rendered = render_platform(config, stack.root, stack.path.parent)
-    for chart in push_charts(config, list(rendered.releases), in_cluster.registry):
+    releases = list(rendered.releases)
+    yield from push_images(stack, config, in_cluster, tools_dir, installed_controllers(in_cluster, releases))
+    for chart in push_charts(config, releases, in_cluster.registry):
         yield f"chart {chart.reference} (release {chart.release})"

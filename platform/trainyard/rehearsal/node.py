@@ -4,7 +4,8 @@ The fake nodes (kwok) only move pods through their phases; a real node runs thei
 
 - **containerd** (Debian's, with Debian's runc) with its own root, state, socket and CRI settings under the node's
   directory ``$TRAINYARD_CLUSTER_DIR/nodes/<name>`` (``containerd.toml``): sandbox image from the loopback
-  registry, ``registry.config_path`` mapping ``trainyard.local`` to that registry (``hosts.toml``), network
+  registry, ``registry.config_path`` mapping ``trainyard.local`` (and the ``registry_hosts`` it is given: a site's
+  own registry) to that registry (``hosts.toml``), network
   namespaces under its state directory (``netns_mounts_under_state_dir``), streaming on a free port.
 - **CNI**: the ``bridge`` plugin on a bridge of its own (``ty<hash>``, made here with the node's address) with
   ``host-local`` addresses from the node's /24 (leases in the node's directory). Pods get routes to the pod
@@ -352,7 +353,10 @@ class RealNode:
     def __init__(self, settings: Settings, name: str = "node-0", index: int = 0,
                  pod_network: str | None = None, cni_bin_dir: Path | None = None,
                  host: prerequisites.Host | None = None, proxy: bool = False, network_policy: bool = False,
-                 extra_pod_routes: tuple[str, ...] = (), dns: bool = False) -> None:
+                 extra_pod_routes: tuple[str, ...] = (), dns: bool = False,
+                 registry_hosts: tuple[str, ...] = ()) -> None:
+        """``registry_hosts``: registry hosts besides ``trainyard.local`` whose images containerd pulls from the loopback
+        registry (a site's own registry, e.g. ``registry.trainyard.internal`` for Trainyard's own images)."""
         env = os.environ
         self.layout = NodeLayout(settings, name, index,
                                  pod_network or env.get("TRAINYARD_POD_NETWORK") or DEFAULT_POD_NETWORK,
@@ -369,6 +373,7 @@ class RealNode:
         self.enforcer = NetworkPolicyEnforcer(settings, name, self.host)
         self.network_policy = network_policy
         self.dns = dns
+        self.registry_hosts = (images.MIRROR_HOST, *(h for h in registry_hosts if h != images.MIRROR_HOST))
         self.kubelet_chains = KubeletChains(settings)
         # Shared by the cluster's real nodes: the first one's up makes it, the last one's down removes it.
         self.api = InClusterApi(settings, self.layout.pod_network)
@@ -447,9 +452,10 @@ class RealNode:
             built.append(dns_image.build_coredns(self.settings.binary("coredns"), layout.path("images")))
         for image in built:
             images.push(image, self.registry.address)
-        mirror = layout.path("containerd", "certs.d", images.MIRROR_HOST)
-        mirror.mkdir(parents=True, exist_ok=True)
-        (mirror / "hosts.toml").write_text(images.mirror_hosts_toml(self.registry.address))
+        for host in self.registry_hosts:  # containerd reads certs.d/<host>/hosts.toml at each pull
+            mirror = layout.path("containerd", "certs.d", host)
+            mirror.mkdir(parents=True, exist_ok=True)
+            (mirror / "hosts.toml").write_text(images.mirror_hosts_toml(self.registry.address))
         self._bridge_up()
         self.api.up()  # before the kubelet: its pods find the kubernetes Service served from their first moment
         self._cgroup_root_up()

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.rehearsal import fake_nodes
 from trainyard.project import Stack
-from trainyard.rehearsal import factory
+from trainyard.rehearsal import factory, volumes
 from trainyard.rehearsal.cluster import CONTROL_PLANE, ControlPlane
 from trainyard.rehearsal.controllers import Controllers
 from trainyard.rehearsal.kube import Kube, KubeError, Manifest, wait_until
@@ -117,10 +117,12 @@ class Rehearsal:
               f"Trainer v{self.config.versions.trainer}; export KUBECONFIG={self.settings.kubeconfig}", flush=True)
 
     def _real_node(self) -> RealNode:
+        from trainyard.rehearsal.mirror import registry_hosts
         from trainyard.rehearsal.node import RealNode
 
         # The stack's NetworkPolicies are enforced on it (kube-router's firewall): the platform must work inside them.
-        return RealNode(self.settings, REAL_NODE, 0, proxy=True, dns=True, network_policy=True)
+        hosts = registry_hosts(self.config, self.in_cluster) if self.in_cluster is not None else ()
+        return RealNode(self.settings, REAL_NODE, 0, proxy=True, dns=True, network_policy=True, registry_hosts=hosts)
 
     def _real_node_up(self) -> None:
         """The real node the controllers' pods run on, and the mirror the stack is deployed from."""
@@ -135,6 +137,10 @@ class Rehearsal:
         for line in fill_mirror(self.stack, self.config, self.in_cluster, self.settings.tools_dir):
             print(f"    {line}", flush=True)
         print(f"==> the rehearsal's mirror filled in {time.monotonic() - start:.0f}s", flush=True)
+        store = volumes.object_store_volume(self.config, self.settings.state_dir, REAL_NODE)
+        for volume in [*([store] if store is not None else []),
+                       *volumes.database_volumes(self.config, self.settings.state_dir, REAL_NODE)]:
+            print(f"    {volumes.provide(self.kube, volume)}", flush=True)
 
     def _claim_cluster(self) -> None:
         """One stack per rehearsal cluster: its queues, nodes and tenants would mix with another's."""
@@ -226,18 +232,67 @@ class Rehearsal:
         return run
 
     def installed_namespaces(self) -> list[str]:
-        """The namespaces of the controllers whose charts this rehearsal installs (none without real nodes)."""
-        from trainyard.manifests import installs
+        """The namespaces of the charts this rehearsal installs (none without real nodes): the controllers', the
+        object store's and CloudNativePG's."""
+        from trainyard.manifests import installs, mlflow, object_store
 
-        return sorted({r.namespace for r in installs.releases(self.config) if not r.external})
+        releases = [*installs.releases(self.config), *object_store.build(self.config).releases,
+                    *(mlflow.releases(self.config) if self.config.mlflow.enabled else [])]
+        return sorted({r.namespace for r in releases if not r.external})
+
+    def object_store_namespace(self) -> str | None:
+        """The object store's namespace when its server runs here (its chart installed), else None."""
+        from trainyard.manifests import object_store
+
+        installed = [r for r in object_store.build(self.config).releases if not r.external]
+        return installed[0].namespace if installed else None
+
+    def provisioning_jobs(self) -> list[Manifest]:
+        from trainyard.manifests.object_store import PROVISIONER_LABEL
+
+        namespace = self.object_store_namespace()
+        return self.kube.items("jobs.batch", namespace, selector=f"{PROVISIONER_LABEL}=true") if namespace else []
+
+    def postgres_clusters(self) -> list[tuple[str, str]]:
+        """(namespace, name) of the CloudNativePG Clusters the stack declares where their operator runs here."""
+        from trainyard.manifests import mlflow
+
+        if not self.config.mlflow.enabled or "cnpg" in self.config.rehearsal.external_controllers:
+            return []
+        return [(self.config.mlflow.namespace, mlflow.CLUSTER)]
+
+    def postgres_problems(self) -> list[str]:
+        """Why a Cluster of ``postgres_clusters`` is not Ready with every instance Running on the real node."""
+        found = []
+        for namespace, name in self.postgres_clusters():
+            try:
+                cluster = self.kube.get("clusters.postgresql.cnpg.io", name, namespace)
+            except KubeError:
+                found.append(f"Cluster {namespace}/{name}: not found")
+                continue
+            status = cluster.get("status", {})
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []))
+            if not ready:
+                found.append(f"Cluster {namespace}/{name}: {status.get('phase', 'no phase yet')}"
+                             f" ({status.get('phaseReason', '')}), {status.get('readyInstances', 0)}/"
+                             f"{cluster['spec'].get('instances')} instances ready")
+            for pod in self.kube.items("pods", namespace, selector=f"cnpg.io/cluster={name}"):
+                where = pod["spec"].get("nodeName")
+                if where not in (None, REAL_NODE):
+                    found.append(f"{namespace}/{pod['metadata']['name']} on {where}, not the real node {REAL_NODE}")
+        return found
 
     def wait_platform_ready(self, timeout: float = 600) -> str:
-        """Every Deployment the installed charts made is Available, every pod of theirs Ready, on a real node;
-        returns the pods as ``kubectl get pods -o wide`` lists them."""
+        """Every Deployment the installed charts made is Available, every pod of theirs Ready, on a real node, the
+        object store's provisioning Job (where the object store runs here) Complete, and every PostgreSQL Cluster the
+        stack declares Ready there; returns the pods as ``kubectl get pods -o wide`` lists them, and the Job."""
         namespaces = self.installed_namespaces()
+        store = self.object_store_namespace()
 
         def problems() -> list[str]:
             found = []
+            if store is not None:
+                found += self._provisioning_problems(store)
             for namespace in namespaces:
                 deployments = self.kube.items("deployments", namespace)
                 if not deployments:
@@ -251,14 +306,34 @@ class Rehearsal:
                     if pod["spec"].get("nodeName") not in (None, REAL_NODE):
                         found.append(f"{namespace}/{pod['metadata']['name']} on {pod['spec'].get('nodeName')}, "
                                      f"not the real node {REAL_NODE}")
-            return found
+            return found + (self.postgres_problems() if not found else [])
 
         try:
             wait_until("the platform's pods to be Ready on the real node", lambda: not problems(), timeout)
         except TimeoutError:
             raise ClusterError("the platform is not Ready: " + "; ".join(problems())) from None
-        return "\n".join(self.kube.run("get", "pods", "-n", namespace, "-o", "wide").stdout.rstrip()
-                         for namespace in namespaces)
+        shown = [self.kube.run("get", "pods", "-n", namespace, "-o", "wide").stdout.rstrip()
+                 for namespace in [*namespaces, *sorted({ns for ns, _ in self.postgres_clusters()})]]
+        if store is not None:
+            shown.append(self.kube.run("get", "jobs", "-n", store).stdout.rstrip())
+        return "\n".join(shown)
+
+    def _provisioning_problems(self, namespace: str) -> list[str]:
+        """Why the object store's provisioning Job is not Complete (empty once it is); a failed one with its log."""
+        jobs = self.provisioning_jobs()
+        if not jobs:
+            return [f"{namespace}: no provisioning Job yet"]
+        found = []
+        for job in jobs:
+            conditions = {c["type"]: c for c in job.get("status", {}).get("conditions", []) if c.get("status") == "True"}
+            name = job["metadata"]["name"]
+            if "Failed" in conditions:
+                log = self.kube.run("logs", f"job/{name}", "-n", namespace, "--tail=20", check=False)
+                found.append(f"{namespace}/{name} failed ({conditions['Failed'].get('reason')}): "
+                             f"{(log.stdout or log.stderr).strip()[-1500:]}")
+            elif "Complete" not in conditions:
+                found.append(f"{namespace}/{name}: not complete ({job.get('status', {}).get('failed', 0)} failed runs)")
+        return found
 
     def deployed_digest(self) -> str:
         return hashlib.sha256(self.stack_file.read_bytes()).hexdigest()

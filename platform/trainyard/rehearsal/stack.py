@@ -10,8 +10,9 @@
 - every GPU pool ``fake: true``: its nodes are fake Node objects shaped like the pool (``manifests.rehearsal``);
 - ``lifecycle.protect_data: false``: a rehearsal is disposable (CRDs and namespaces are still retained on delete);
 
-With real nodes (``InCluster``: the controllers the rehearsal can run as pods, from images built here) it
-changes three more things, and those controllers' charts are installed by ``pulumi up`` like on any cluster:
+With real nodes (``InCluster``: the charts whose pods the rehearsal can run, from images built here: Kueue, JobSet,
+Trainer and the object store's SeaweedFS) it changes three more things, and those charts are installed by
+``pulumi up`` like on any cluster:
 
 - ``rehearsal.external_controllers`` -> every chart controller *but* those;
 - ``images.registry_mirror`` -> ``trainyard.local/mirror/`` (containerd maps that host to the nodes' loopback

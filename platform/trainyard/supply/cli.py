@@ -282,10 +282,11 @@ def _cmd_images_build(args: argparse.Namespace) -> int:
     stack = open_stack(args.stack)
     try:
         started = time.monotonic()
-        built = factory.build_controller_images(stack.config, Settings.from_env().tools_dir,
-                                                Path(args.cache) if args.cache else None, args.component or factory.COMPONENTS)
+        built = factory.build_images(stack.config, Settings.from_env().tools_dir,
+                                     Path(args.cache) if args.cache else None, args.component or factory.COMPONENTS)
         for image in built:
-            print(f"{image.reference} ({'cached' if image.cached else 'built'}: {image.layout})")
+            note = f"; {image.note}" if image.note else ""
+            print(f"{image.reference} ({'cached' if image.cached else 'built'}: {image.layout}{note})")
         print(f"built {len(built)} images in {time.monotonic() - started:.1f}s", file=sys.stderr)
         if args.push:
             started = time.monotonic()
@@ -348,13 +349,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                            "factory filled); the other entries are kept as they are; repeatable")
     lock.set_defaults(func=_cmd_images_lock)
     build = actions.add_parser(
-        "build", help="build Kueue's, JobSet's and Trainer's controller images here, named under the stack's mirror",
+        "build", help="build the images the rehearsal runs in its cluster here (Kueue's, JobSet's, Trainer's, "
+                      "SeaweedFS's and the object-store provisioner's), named as the stack renders them",
         description="The rehearsal's image factory (docs/supply-chain.md, \"The image factory\"): the controller images "
-                    "from the binaries tools/build.sh built, laid out as upstream's Dockerfiles, cached by content; "
-                    "optionally pushed to a loopback registry and locked.")
+                    "from the binaries tools/build.sh built, laid out as upstream's Dockerfiles; SeaweedFS's from its "
+                    "weed; the provisioner on the factory's Python base (pinned Debian packages and wheels); cached "
+                    "by content; optionally pushed to a loopback registry and locked.")
     build.add_argument("stack", metavar="STACK", help=STACK_HELP + " (with images.registry_mirror)")
-    build.add_argument("--component", action="append", choices=("kueue", "jobset", "trainer"),
-                       help="only this controller's image (repeatable; default all three)")
+    build.add_argument("--component", action="append", choices=("kueue", "jobset", "trainer", "seaweedfs"),
+                       help="only this component's images (repeatable; seaweedfs: the server and the provisioner; "
+                            "default all)")
     build.add_argument("--cache", metavar="DIR", help="layout cache (default $TRAINYARD_IMAGE_CACHE or "
                                                       "$XDG_CACHE_HOME/trainyard/images)")
     build.add_argument("--push", metavar="HOST:PORT", help="push to this plain-http loopback registry under the mirror names")

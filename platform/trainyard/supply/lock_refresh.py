@@ -5,8 +5,9 @@ rehearsal's own lock after pushing the images it built) both go through ``refres
 
 Every reference the stack's BOM needs in the lock is asked for (``HEAD /v2/<name>/manifests/<tag>``,
 ``supply/registry.py``). ``only`` narrows that to the images under the given registry hosts, the others keep
-their entries as they are: the rehearsal's registry serves the three controller images the factory built and
-nothing else, so the runtimes' images stay placeholders (which a stack that does not protect data accepts). A host
+their entries as they are: the rehearsal's registry serves the images the factory built and nothing else, so the
+runtimes' images stay placeholders (which a stack that does not protect data accepts); ``images`` narrows it to
+exactly those references (the provisioner's host, ``registry.trainyard.internal``, names the runtimes' images too). A host
 that does not answer is asked once, not once per image. Any image not resolved means no lock is returned.
 """
 
@@ -68,9 +69,12 @@ def seeded_lock(stack: Stack, lock: ImageLock) -> ImageLock:
     return seeded
 
 
-def refresh(stack: Stack, client: RegistryClient, only: Collection[str] = ()) -> LockRefresh:
-    """Ask ``client`` for every lock reference of ``stack`` (under the hosts ``only``, when given); raises
+def refresh(stack: Stack, client: RegistryClient, only: Collection[str] = (),
+            images: Collection[ImageRef] = ()) -> LockRefresh:
+    """Ask ``client`` for every lock reference of ``stack`` (under the hosts ``only``, when given; only ``images``,
+    when given: the rehearsal locks exactly what it pushed to a host that also names images it does not build); raises
     ``LockFileError`` for a lock file that cannot be read."""
+    wanted = {ref.tagged for ref in images}
     lock = image_lock(stack.config, stack.root)
     path = lock.path or stack.root / stack.config.images.lock_file
     rendered = render_platform(stack.config, stack.root, stack.path.parent, lock=seeded_lock(stack, lock))
@@ -78,7 +82,7 @@ def refresh(stack: Stack, client: RegistryClient, only: Collection[str] = ()) ->
     upstream = {image.reference: image.upstream for image in bom.images}
     result = LockRefresh(path, lock)
     for ref in lock_references(bom):
-        if only and ref.registry not in only:
+        if (only and ref.registry not in only) or (wanted and ref.tagged not in wanted):
             result.kept.append(ref)
             continue
         result.asked.append(ref)
