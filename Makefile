@@ -152,7 +152,9 @@ node-packages: ## Install the Debian packages a real node needs (containerd, run
 
 .PHONY: test-node
 test-node: setup node-tools node-packages ## The node tier (root): control plane + a real node (containerd, CNI bridge, kubelet); a pod from a locally built image
-	$(BIN)/pytest -q -s -m node tests/node $(PYTEST_ARGS)
+	@# One node tier per machine at a time: real nodes use machine-wide resources (kube-proxy's and kube-router's
+	@# tables, kubelet's chains); a second run waits for the first (TRAINYARD_NODE_LOCK names the lock file).
+	flock $${TRAINYARD_NODE_LOCK:-/tmp/trainyard-node.lock} $(BIN)/pytest -q -s -m node tests/node $(PYTEST_ARGS)
 
 .PHONY: test-cluster
 # Two private clusters at once, a test file each at a time (pytest-xdist --dist loadfile: a module's fixtures stay on
