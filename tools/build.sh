@@ -40,19 +40,20 @@ ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueu
 # Cold build cost, most first (CPU-seconds on a 2-core machine, docs/tools.md "Cold and warm"): the
 # order -j N starts them in. pulumi-kubernetes compiles one huge package on one core for ~15 min, so
 # with -j 2 the rest build beside it.
-BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kubelet pulumi kueue trainer kwok promtool kube-router coredns jobset helm etcd kind crane)
+BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kubelet pulumi kueue cnpg trainer kwok promtool kube-router coredns jobset helm etcd kind crane)
 # What `trainyard cluster up`, `make up` and the cluster tier need (the control plane, the engine and its
 # provider, the controllers, kwok; crane for the destroy test's registry). CI builds these first, beside
 # `make test`, and the rest (seaweedfs, promtool, kind) beside the cluster tier (.ci/run).
 CLUSTER_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes kueue jobset trainer kwok crane)
 # What a real rehearsal node needs besides the control plane (docs/rehearsal.md "Real nodes"): the kubelet
 # and kube-proxy, kube-router (its network policy controller only: NetworkPolicy enforcement), CoreDNS (the
-# cluster DNS its pods query), and crane for the loopback registry its images are pulled from. containerd, runc, the CNI plugins, iptables and ipset come
-# from Debian (the node's prerequisites check names them).
-NODE_TOOLS=(etcd kube-apiserver kubelet kube-router coredns crane)
+# cluster DNS its pods query), crane for the loopback registry its images are pulled from, and CloudNativePG's
+# operator (the node tier runs the MLflow database: tests/node/test_postgres_on_real_node.py). containerd, runc,
+# the CNI plugins, iptables and ipset come from Debian (the node's prerequisites check names them).
+NODE_TOOLS=(etcd kube-apiserver kubelet kube-router coredns crane cnpg)
 # Tools outside `all` (so `make tools` and CI's `tools/build.sh all` do not build them yet; docs/tools.md has
-# their cold and warm figures): built by name or by their group.
-OPTIONAL_TOOLS=(kubelet kube-router coredns)
+# their cold and warm figures): built by name or by their group (.ci/run names them beside `all`).
+OPTIONAL_TOOLS=(kubelet kube-router coredns cnpg)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
@@ -92,6 +93,13 @@ BARMAN_CLOUD_VERSION=v0.15.0
 BARMAN_CLOUD_MODSUM="h1:gNVytrzzYUE08wxLDrjfJqy1FPPSFkMe1OEr4s4pVI0="
 BARMAN_CLOUD_CRD=config/crd/bases/barmancloud.cnpg.io_objectstores.yaml
 BARMAN_CLOUD_CRD_BLOB=bb7db1e6e36cf04b137560d85d2ccdb57851aa9d
+# CloudNativePG's operator (and instance manager: one binary, cmd/manager), built inside its own module like
+# seaweedfs (module sum checked). Keep equal to trainyard.catalog's cnpg release (a test checks it). The module zip
+# has no git: the commit is the tag's (the proxy's Origin.Hash), as the upstream Makefile's COMMIT would give.
+CNPG_MODULE=github.com/cloudnative-pg/cloudnative-pg
+CNPG_VERSION=v1.30.0
+CNPG_MODSUM="h1:fnhVq44xXx97MNiuvJsPrX1vSjYbgdyBK5MSGfdHdp0="
+CNPG_COMMIT=4b5e244a7d031f67e025c83c1555e7726ecbbfa1
 
 # tool_module TOOL -> module@version for tools built inside an upstream module (else nothing)
 tool_module() {
@@ -104,6 +112,7 @@ tool_module() {
     minio) echo "$MINIO_MODULE@$MINIO_VERSION" ;;
     kind) echo "sigs.k8s.io/kind@$KIND_VERSION" ;;
     barman-cloud-crd) echo "$BARMAN_CLOUD_MODULE@$BARMAN_CLOUD_VERSION" ;;
+    cnpg) echo "$CNPG_MODULE@$CNPG_VERSION" ;;
   esac
 }
 
@@ -115,6 +124,7 @@ tool_share() {
     trainer) echo "manifests/base/crds manifests/base/webhook" ;;
     kwok) echo "kustomize/stage" ;;
     barman-cloud-crd) echo "$(dirname "$BARMAN_CLOUD_CRD")" ;;
+    cnpg) echo "licenses LICENSE" ;;   # what the operator image COPYs besides the binary (its Dockerfile)
   esac
 }
 
@@ -158,6 +168,9 @@ tool_bins() {
       echo "kind ."
       echo "kind-config-check ./pkg/cmd/trainyard-kind-config-check"
       ;;
+    # The operator and the instance manager it copies into every PostgreSQL pod: one binary (upstream's
+    # .goreleaser.yml build "manager", main cmd/manager/main.go).
+    cnpg) echo "cnpg-manager ./cmd/manager" ;;
     barman-cloud-crd) ;;   # no binary: only the CRD, copied to share/ (post_build)
     *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]} ${OPTIONAL_TOOLS[*]})" >&2; return 2 ;;
   esac
@@ -216,6 +229,10 @@ tool_ldflags() {
       x+=" -X $MINIO_MODULE/cmd.ShortCommitID=$c"
       ;;
     promtool) x=" -X github.com/prometheus/common/version.Version=$PROMTOOL_VERSION" ;;
+    # The variables upstream's .goreleaser.yml sets (pkg/versions); the epoch for the date keeps the build reproducible.
+    cnpg)
+      x=" -X $CNPG_MODULE/pkg/versions.buildVersion=${CNPG_VERSION#v} -X $CNPG_MODULE/pkg/versions.buildCommit=$CNPG_COMMIT"
+      x+=" -X $CNPG_MODULE/pkg/versions.buildDate=1970-01-01T00:00:00Z" ;;
     # The version variables the upstream Makefiles set (kueue/jobset Makefile LD_FLAGS, kwok hack/releases.sh).
     kueue) x=" -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" ;;
     jobset) x=" -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" ;;
@@ -263,6 +280,7 @@ tool_stamp() {
     tool_bins "$t"
     [[ "$t" != seaweedfs ]] || echo "sum=$SEAWEEDFS_MODSUM"
     [[ "$t" != minio ]] || echo "sum=$MINIO_MODSUM"
+    [[ "$t" != cnpg ]] || echo "sum=$CNPG_MODSUM"
     [[ "$t" != barman-cloud-crd ]] || echo "sum=$BARMAN_CLOUD_MODSUM crd=$BARMAN_CLOUD_CRD blob=$BARMAN_CLOUD_CRD_BLOB"
     if [[ -n "$m" ]]; then echo "module=$m share=$(tool_share "$t")"; fi
     if [[ "$t" == kind ]]; then sha256sum "$TOOLS_SRC/kind-config-check/main.go" | cut -d' ' -f1; fi
@@ -297,6 +315,7 @@ prepare() {
     minio) prepare_module_zip "$MINIO_MODULE" "$MINIO_VERSION" "$MINIO_MODSUM" ;;
     kind) prepare_kind "$dir" ;;
     barman-cloud-crd) prepare_module_zip "$BARMAN_CLOUD_MODULE" "$BARMAN_CLOUD_VERSION" "$BARMAN_CLOUD_MODSUM" ;;
+    cnpg) prepare_module_zip "$CNPG_MODULE" "$CNPG_VERSION" "$CNPG_MODSUM" ;;
     *) echo "$dir" ;;
   esac
 }

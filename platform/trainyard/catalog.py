@@ -173,6 +173,17 @@ _MINIO_CRDS = (
 
 # CloudNativePG 1.30.0 CRDs (config/crd/bases at v1.30.0); the chart ships the same in templates/crds/crds.yaml.
 # Ref: ../shared/crds/SOURCES.md, "cloudnative-pg v1.30.0".
+# The PostgreSQL operand images a stack may choose (mlflow.database.postgresql: the major). 18 is the image the operator
+# defaults to at 1.30.0 (cloudnative-pg@v1.30.0:pkg/versions/versions.go:27). 17 is upstream's "minimal" flavour of
+# the same Debian release (cloudnative-pg/postgres-containers Dockerfile, target minimal, tag <version>-minimal-trixie):
+# the major Debian trixie itself ships (postgresql-17 17.12-0+deb13u1), so the rehearsal builds it here from Debian's
+# packages (rehearsal/postgres_image.py); PostgreSQL 18 is only in Debian's rolling suites (docs/architecture.md,
+# "The rehearsal's PostgreSQL is 17").
+POSTGRESQL_OPERANDS: dict[str, Image] = {
+    "18": Image("ghcr.io", "cloudnative-pg/postgresql", "18.4-system-trixie"),
+    "17": Image("ghcr.io", "cloudnative-pg/postgresql", "17.12-minimal-trixie"),
+}
+
 _CNPG_CRDS = _crd_files(
     "postgresql.cnpg.io", "config/crd/bases", (
         ("backups", "ffe59ea881c254ad64c0a9539ea40a43aab5852a"),
@@ -384,9 +395,9 @@ RELEASES: dict[tuple[str, str], Release] = {
             crds=_CNPG_CRDS,
             image=Image("ghcr.io", "cloudnative-pg/cloudnative-pg", "1.30.0"),
             app_version="1.30.0",
-            # The operand image the operator defaults to at 1.30.0 (pkg/versions/versions.go); pinned here
-            # so that an operator upgrade never moves PostgreSQL by itself.
-            images=(("postgresql", Image("ghcr.io", "cloudnative-pg/postgresql", "18.4-system-trixie")),),
+            # The operand image is not the operator's default but the stack's choice (POSTGRESQL_OPERANDS above,
+            # mlflow.database.postgresql), pinned so that an operator upgrade never moves PostgreSQL by itself; the
+            # bill of materials lists it from the rendered Cluster's imageName.
         ),
         Release(
             component="mlflow",

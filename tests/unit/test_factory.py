@@ -91,7 +91,14 @@ def _tools(directory: Path, config: PlatformConfig, **overrides: bytes) -> Path:
         data = overrides.get(recipe.component, tiny_elf(payload=recipe.binary.encode()))
         (directory / "bin" / recipe.binary).write_bytes(data)
         (directory / "share" / recipe.tool).mkdir(parents=True, exist_ok=True)
-        (directory / "share" / recipe.tool / "VERSION").write_text(f"{installs.upstream_image(config, recipe.component).tag}\n")
+        tag = installs.upstream_image(config, recipe.component).tag
+        (directory / "share" / recipe.tool / "VERSION").write_text(f"{recipe.version_prefix}{tag}\n")
+        for name in recipe.share:  # what build.sh copies out of the module: a LICENSE file, a licenses/ tree
+            if "." in name or name.isupper():
+                (directory / "share" / recipe.tool / name).write_text(f"{name} of {recipe.module}\n")
+            else:
+                (directory / "share" / recipe.tool / name / "example.com/lib").mkdir(parents=True, exist_ok=True)
+                (directory / "share" / recipe.tool / name / "example.com/lib/LICENSE").write_text("MIT\n")
     return directory
 
 
@@ -129,10 +136,13 @@ def test_each_controller_image_is_laid_out_as_its_upstream_dockerfile(tmp_path: 
                                                                       config: PlatformConfig) -> None:
     built = {b.component: b for b in factory.build_controller_images(config, _tools(tmp_path / "tools", config),
                                                                      tmp_path / "cache", root=debian)}
-    assert sorted(built) == ["jobset", "kueue", "trainer"]
-    users = {"kueue": "65532:65532", "jobset": "65532:65532", "trainer": "65532"}  # Trainer's Dockerfile has no USER
+    assert sorted(built) == ["cnpg", "jobset", "kueue", "trainer"]
+    users = {"kueue": "65532:65532", "jobset": "65532:65532", "trainer": "65532",  # Trainer's Dockerfile has no USER
+             "cnpg": "65532:65532"}
     base_digests = set()
     for component, image in built.items():
+        if component == "cnpg":
+            continue  # its own layout: the next test
         doc, (_, binary), digests = _image(image)
         assert doc["config"]["Entrypoint"] == ["/manager"]  # the charts' `command: [/manager]`
         assert doc["config"]["User"] == users[component] and doc["config"]["WorkingDir"] == "/"
@@ -146,6 +156,34 @@ def test_each_controller_image_is_laid_out_as_its_upstream_dockerfile(tmp_path: 
         assert content == tiny_elf(payload=recipe.binary.encode())
         base_digests.add(digests[0])
     assert len(base_digests) == 1  # one base layer, shared by the three images
+
+
+def test_the_cloudnative_pg_image_has_the_binary_under_operator_and_manager_linked_in_the_working_directory(
+        tmp_path: Path, debian: Path, config: PlatformConfig) -> None:
+    """Every PostgreSQL pod's init container runs `/manager bootstrap /controller/manager`, which copies the relative
+    path "manager" from the working directory: /manager must resolve to the binary (cloudnative-pg@v1.30.0:Dockerfile)."""
+    (cnpg,) = factory.build_controller_images(config, _tools(tmp_path / "tools", config), tmp_path / "cache",
+                                              components=["cnpg"], root=debian)
+    doc, (_, layer), _ = _image(cnpg)
+    assert str(cnpg.target) == f"{MIRROR}cloudnative-pg/cloudnative-pg:1.30.0"
+    assert doc["config"]["Entrypoint"] == ["/manager"] and doc["config"]["WorkingDir"] == "/"
+    assert doc["config"]["User"] == "65532:65532"
+    binary, content = layer["operator/manager_amd64"]
+    assert (binary.mode, binary.uid, binary.gid) == (0o755, NONROOT, NONROOT)  # COPY --chown=nonroot:nonroot
+    assert content == tiny_elf(payload=b"cnpg-manager")
+    assert layer["operator"][0].isdir() and layer["operator"][0].uid == NONROOT
+    link = layer["manager"][0]
+    assert link.issym() and link.linkname == "operator/manager_amd64"
+    assert layer["LICENSE"][1].startswith(b"LICENSE of github.com/cloudnative-pg/cloudnative-pg")
+    assert layer["licenses/example.com/lib/LICENSE"][1] == b"MIT\n"
+
+
+def test_a_cloudnative_pg_binary_of_another_version_is_refused(tmp_path: Path, debian: Path,
+                                                              config: PlatformConfig) -> None:
+    tools = _tools(tmp_path / "tools", config)
+    (tools / "share" / "cnpg" / "VERSION").write_text("v1.29.1\n")
+    with pytest.raises(ImageError, match=r"cloudnative-pg@v1.29.1, but the stack pins 1.30.0"):
+        factory.build_controller_images(config, tools, tmp_path / "cache", components=["cnpg"], root=debian)
 
 
 def test_the_base_layer_is_distroless_nonroot_made_from_the_debian_packages(tmp_path: Path, debian: Path,
@@ -196,12 +234,12 @@ def test_a_second_build_is_taken_from_the_cache_and_a_damaged_entry_is_rebuilt(t
     tools, cache = _tools(tmp_path / "tools", config), tmp_path / "cache"
     cold = factory.build_controller_images(config, tools, cache, root=debian)
     warm = factory.build_controller_images(config, tools, cache, root=debian)
-    assert [b.cached for b in cold] == [False] * 3 and [b.cached for b in warm] == [True] * 3
+    assert [b.cached for b in cold] == [False] * 4 and [b.cached for b in warm] == [True] * 4
     assert [b.layout for b in warm] == [b.layout for b in cold] and [b.digest for b in warm] == [b.digest for b in cold]
     layer = json.loads(_blob(cold[0].layout, cold[0].digest))["layers"][1]["digest"]
     (cold[0].layout / "blobs" / "sha256" / layer.removeprefix("sha256:")).write_bytes(b"truncated")
     again = factory.build_controller_images(config, tools, cache, root=debian)
-    assert [b.cached for b in again] == [False, True, True] and again[0].digest == cold[0].digest
+    assert [b.cached for b in again] == [False, True, True, True] and again[0].digest == cold[0].digest
     assert not list(cache.glob(".tmp-*"))
 
 

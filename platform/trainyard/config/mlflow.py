@@ -70,6 +70,11 @@ class MlflowDatabase(Model):
     storage_class: str | None = Field(default=None, description="StorageClass of the PVCs; unset = the cluster default.")
     wal_storage_size: Quantity | None = Field(
         default=None, description="Separate PVC for WAL of each instance; unset = WAL on the data volume.")
+    postgresql: Literal["18", "17"] = Field(
+        default="18", description="PostgreSQL major: the operand image ghcr.io/cloudnative-pg/postgresql (18: "
+        "18.4-system-trixie, the operator's default; 17: 17.12-minimal-trixie, the major Debian trixie ships, which "
+        "the rehearsal builds from Debian's packages). A major upgrade of an existing cluster is CloudNativePG's "
+        "offline in-place upgrade (docs/components/cnpg.md).")
 
 
 class MlflowBackup(Model):

@@ -28,6 +28,7 @@ from typing import Any
 from trainyard import catalog
 from trainyard.config.mlflow import Mlflow, MlflowObjectStore
 from trainyard.config.model import MLFLOW_POD_LABELS, MLFLOW_PORT, PlatformConfig
+from trainyard.manifests import placement
 from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.generated import GeneratedValue, names_in, placeholder
@@ -141,11 +142,10 @@ def object_store_for_backups(config: PlatformConfig, store: MlflowObjectStore) -
 
 def postgres_cluster(config: PlatformConfig, lock: ImageLock | None = None) -> Manifest:
     mlflow, db = config.mlflow, config.mlflow.database
-    release = catalog.release("cnpg", config.versions.cnpg)
     # "<name>:<tag>@<digest>": the operator pulls the digest and still reads the PostgreSQL major version
     # from the tag (Ref: CloudNativePG docs container_images.md "Image Tag Requirements"; cloudnative-pg/machinery
     # pkg/image/reference NewReference strips the digest before it takes the tag).
-    operand = pinned_image(config, release.image_for("postgresql"), lock if lock is not None else ImageLock())
+    operand = pinned_image(config, catalog.POSTGRESQL_OPERANDS[db.postgresql], lock if lock is not None else ImageLock())
     storage: dict[str, Any] = {"size": str(db.storage_size)}
     if db.storage_class:
         storage["storageClass"] = db.storage_class
@@ -158,6 +158,11 @@ def postgres_cluster(config: PlatformConfig, lock: ImageLock | None = None) -> M
         # The instances' PVCs carry the same labels, so the policies and the review can find them.
         "inheritedMetadata": {"labels": {COMPONENT_LABEL: "mlflow"}},
     }
+    # The instances are platform system pods: placed with the controllers (system_pods), through the Cluster's own
+    # affinity (Ref: postgresql.cnpg.io_clusters.yaml spec.affinity.nodeSelector, spec.affinity.tolerations).
+    affinity = placement.pod_placement(config)
+    if affinity:
+        spec["affinity"] = affinity
     if db.wal_storage_size is not None:
         spec["walStorage"] = {**storage, "size": str(db.wal_storage_size)}
     if mlflow.backup.enabled:
@@ -288,11 +293,11 @@ def cnpg_values(config: PlatformConfig, lock: ImageLock | None = None) -> dict[s
     """
     _, _, operator_image = catalog.release("cnpg", config.versions.cnpg).installed()
     operator = pinned_image(config, operator_image, lock if lock is not None else ImageLock())
-    return {
+    return placement.placed(config, "cnpg", {
         "image": {"repository": operator.name, "tag": operator.tag_with_digest, "pullPolicy": "IfNotPresent"},
         # Trainyard declares the CRDs itself (manifests/crds.py).
         "crds": {"create": False},
-    }
+    })
 
 
 def releases(config: PlatformConfig, lock: ImageLock | None = None) -> list[ChartRelease]:

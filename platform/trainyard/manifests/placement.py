@@ -11,6 +11,8 @@ Refs (the chart values of the pinned versions, ../shared/charts):
 - cert-manager v1.21.1 ``values.yaml`` ``global.nodeSelector`` (merged into every component's) and each
   component's ``tolerations`` (top level for the controller, ``webhook``, ``cainjector``, ``startupapicheck``)
 - kserve-resources v0.20.0 ``values.yaml`` ``kserve.controller.nodeSelector``/``tolerations``
+- cloudnative-pg 0.29.0 ``values.yaml`` ``nodeSelector``/``tolerations`` (templates/deployment.yaml); the PostgreSQL
+  instances themselves through the Cluster's ``spec.affinity`` (``manifests/mlflow.py``)
 - seaweedfs 4.44.0 ``values.yaml`` ``allInOne.nodeSelector``/``tolerations``: strings, which
   templates/all-in-one/all-in-one-deployment.yaml renders with ``tpl`` (so they are written here as YAML text)
 
@@ -35,6 +37,7 @@ SELECTOR_PATHS: dict[str, tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, ..
                      (("tolerations",), ("webhook", "tolerations"), ("cainjector", "tolerations"),
                       ("startupapicheck", "tolerations"))),
     "kserve": ((("kserve", "controller", "nodeSelector"),), (("kserve", "controller", "tolerations"),)),
+    "cnpg": ((("nodeSelector",),), (("tolerations",),)),
     "seaweedfs": ((("allInOne", "nodeSelector"),), (("allInOne", "tolerations"),)),
 }
 # Charts that take these values as a string and render it with `tpl`: the value is YAML text.

@@ -17,6 +17,16 @@ What a layer gets from a package: every directory, file and symbolic link of its
 copies), with the package's modes and owners, and dpkg's record of it where scanners read one in a distroless image
 (``var/lib/dpkg/status.d/<package>``: the package's ``control`` file; distroless writes the same, so an SBOM tool
 sees what is inside). Ref: deb(5) (an ``ar`` archive of ``debian-binary``, ``control.tar.*``, ``data.tar.*``).
+
+**Another suite** (the PostgreSQL operand: trixie, ``postgres_image.py``): a ``SuiteRoot`` is a private apt root
+(its own sources list, lists, cache and an empty dpkg status under ``$XDG_CACHE_HOME/trainyard/apt/<suite>``; the
+machine's apt configuration is not touched) through which pins of that suite are downloaded. Its pins are a
+**pin file** (``PinFile``: ``# suite:``, ``# roots:``, then ``name version sha256`` lines) holding a closure:
+``apt-get --simulate install --no-install-recommends ROOTS`` against the empty status, so every Depends/Pre-Depends is
+in, Recommends are not, and Essential packages only where a root names them. ``python -m trainyard.rehearsal.debian
+PIN_FILE`` resolves the roots again and rewrites the file. A layer of such a closure may drop what
+``debian:<suite>-slim`` drops (``slim_excluded``: debuerreotype's ``.slimify-excludes``, every ``copyright`` kept)
+and is checked to be merged-/usr (nothing under ``/bin``, ``/sbin``, ``/lib``, ``/lib64`` but base-files' links).
 """
 
 from __future__ import annotations
@@ -80,8 +90,10 @@ def fetch(pin: DebianPin, cache: Path | None = None) -> Path:
     return fetch_all([pin], cache)[pin]
 
 
-def fetch_all(pins: Sequence[DebianPin], cache: Path | None = None) -> dict[DebianPin, Path]:
-    """Each pin's ``.deb`` from the cache; the missing ones downloaded by one ``apt-get download`` first."""
+def fetch_all(pins: Sequence[DebianPin], cache: Path | None = None,
+              suite: SuiteRoot | None = None) -> dict[DebianPin, Path]:
+    """Each pin's ``.deb`` from the cache; the missing ones downloaded by one ``apt-get download`` first (through
+    ``suite``'s private apt root where given, else the machine's apt)."""
     directory = cache or cache_root()
     out = {pin: directory / pin.file_name for pin in pins
            if (directory / pin.file_name).is_file() and sha256_file(directory / pin.file_name) == pin.sha256}
@@ -95,9 +107,22 @@ def fetch_all(pins: Sequence[DebianPin], cache: Path | None = None) -> dict[Debi
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".download-", dir=directory) as work:
         # As root apt-get would hand the download to its sandbox user _apt, which cannot write a private directory.
-        result = subprocess.run([apt_get, "-q", "-o", "APT::Sandbox::User=root", "download",  # noqa: S603
-                                 *(pin.spec for pin in missing)],
-                                cwd=work, capture_output=True, text=True, check=False, timeout=900)
+        command = [apt_get, "-q", "-o", "APT::Sandbox::User=root", *(suite.options() if suite else ()), "download",
+                   *(pin.spec for pin in missing)]
+        if suite is not None:
+            suite.ensure_lists()
+        result = subprocess.run(command, cwd=work, capture_output=True, text=True, check=False,  # noqa: S603
+                                timeout=900)
+        if result.returncode != 0 and suite is not None:
+            # Lists older than a point release or a security update: read them again once, then say what to do.
+            suite.update()
+            result = subprocess.run(command, cwd=work, capture_output=True, text=True, check=False,  # noqa: S603
+                                    timeout=900)
+            if result.returncode != 0:
+                raise ImageError(f"apt-get download from {suite.suite} failed (deb.debian.org serves only a suite's "
+                                 "current versions: a pinned one may have been replaced by a point release or a "
+                                 f"security update; re-pin with `python -m trainyard.rehearsal.debian PIN_FILE`):\n"
+                                 f"{(result.stderr or result.stdout).strip()[-1500:]}")
         if result.returncode != 0:
             superseded = [f"{name} {version} (sha256 {sha})" for name, (version, sha) in
                           candidates([p.name for p in missing]).items()
@@ -208,15 +233,20 @@ def data_entries(deb: bytes) -> list[Entry]:
 
 
 def package_layer(pins: Sequence[DebianPin], created_by: str, cache: Path | None = None,
-                  extra: Sequence[Entry] = ()) -> Layer:
-    """One layer of the pinned packages (their files and their dpkg records), plus ``extra`` entries (e.g. aliases)."""
+                  extra: Sequence[Entry] = (), suite: SuiteRoot | None = None, slim: bool = False) -> Layer:
+    """One layer of the pinned packages (their files and their dpkg records), plus ``extra`` entries (e.g. aliases);
+    ``slim``: without what ``debian:<suite>-slim`` drops, and checked to be merged-/usr."""
     sources: list[tuple[str, Sequence[Entry]]] = []
     records = [Entry("var", mode=0o755), Entry("var/lib", mode=0o755), Entry("var/lib/dpkg", mode=0o755),
                Entry("var/lib/dpkg/status.d", mode=0o755)]
-    debs = fetch_all(pins, cache)
+    debs = fetch_all(pins, cache, suite)
     for pin in pins:
         deb = debs[pin].read_bytes()
-        sources.append((pin.spec, data_entries(deb)))
+        entries = data_entries(deb)
+        if slim:
+            entries = [e for e in entries if not slim_excluded(e.path)]
+            _check_merged_usr(pin, entries)
+        sources.append((pin.spec, entries))
         records.append(Entry(f"var/lib/dpkg/status.d/{pin.name}", control(deb).encode(), mode=0o644))
     sources += [("dpkg records", records), ("the recipe", list(extra))]
     listed = ", ".join(f"{p.name} {p.version}" for p in pins)
@@ -228,8 +258,163 @@ def pins_key(pins: Sequence[DebianPin]) -> list[list[str]]:
     return [[p.name, p.version, p.sha256] for p in pins]
 
 
+# ------------------------------------------------------------------------------------------ another suite, pin files
+
+MIRROR = "http://deb.debian.org/debian"
+SECURITY_MIRROR = "http://deb.debian.org/debian-security"
+KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+MERGED_USR = ("bin", "sbin", "lib", "lib64")
+# debuerreotype's .slimify-excludes (what debian:*-slim leaves out), with its include of every copyright file.
+SLIM_EXCLUDES = ("usr/share/doc/", "usr/share/man/", "usr/share/info/", "usr/share/locale/", "usr/share/groff/",
+                 "usr/share/lintian/", "usr/share/linda/")
+
+
+@dataclass(frozen=True)
+class SuiteRoot:
+    """A private apt root for one Debian suite (``<suite>``, ``-updates``, ``-security``; main) under ``directory``."""
+
+    suite: str
+    directory: Path
+
+    @classmethod
+    def of(cls, suite: str, cache: Path | None = None) -> SuiteRoot:
+        base = cache or cache_root().parent / "apt"
+        return cls(suite, base / suite)
+
+    def options(self) -> list[str]:
+        root = self.directory
+        self._write()
+        return ["-o", f"Dir::Etc::sourcelist={root / 'sources.list'}", "-o", "Dir::Etc::sourceparts=/nonexistent",
+                "-o", f"Dir::State::Lists={root / 'lists'}", "-o", f"Dir::Cache={root / 'cache'}",
+                "-o", f"Dir::State::status={root / 'status'}", "-o", f"APT::Architecture={ARCHITECTURE}",
+                "-o", f"APT::Architectures::={ARCHITECTURE}", "-o", "APT::Sandbox::User=root",
+                "-o", "Debug::NoLocking=1"]
+
+    def _write(self) -> None:
+        (self.directory / "lists" / "partial").mkdir(parents=True, exist_ok=True)
+        (self.directory / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
+        sources = "".join(f"deb [signed-by={KEYRING}] {mirror} {suite} main\n" for mirror, suite in (
+            (MIRROR, self.suite), (MIRROR, f"{self.suite}-updates"), (SECURITY_MIRROR, f"{self.suite}-security")))
+        (self.directory / "sources.list").write_text(sources, encoding="utf-8")
+        (self.directory / "status").touch()
+
+    def run(self, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run([tool, *self.options(), *args], capture_output=True, text=True,  # noqa: S603
+                                  check=False, timeout=900, env={**os.environ, "LC_ALL": "C"})
+        except FileNotFoundError:
+            raise ImageError(f"{tool} not found: Debian {self.suite}'s packages are downloaded with apt") from None
+
+    def update(self) -> None:
+        result = self.run("apt-get", "update")
+        if result.returncode != 0:
+            raise ImageError(f"apt-get update of {self.suite} (deb.debian.org) failed:\n{result.stderr.strip()[-1500:]}")
+
+    def ensure_lists(self) -> None:
+        self._write()
+        if not any((self.directory / "lists").glob("*_Packages*")):
+            self.update()
+
+
+@dataclass(frozen=True)
+class PinFile:
+    suite: str
+    roots: tuple[str, ...]
+    pins: tuple[DebianPin, ...]
+
+    def version_of(self, name: str) -> str:
+        for pin in self.pins:
+            if pin.name == name:
+                return pin.version
+        raise ImageError(f"{name} is not pinned (roots: {' '.join(self.roots)})")
+
+    def dump(self) -> str:
+        lines = [f"# suite: {self.suite}", f"# roots: {' '.join(self.roots)}",
+                 "# Generated by `python -m trainyard.rehearsal.debian THIS_FILE`: the --no-install-recommends closure",
+                 "# of the roots in the suite (apt-get --simulate against an empty dpkg status). name version sha256"]
+        return "\n".join([*lines, *(f"{p.name} {p.version} {p.sha256}" for p in self.pins)]) + "\n"
+
+
+def read_pins(path: Path) -> PinFile:
+    suite, roots, pins = "", tuple[str, ...](), list[DebianPin]()
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("# suite: "):
+            suite = line.removeprefix("# suite: ").strip()
+        elif line.startswith("# roots: "):
+            roots = tuple(line.removeprefix("# roots: ").split())
+        elif line.strip() and not line.startswith("#"):
+            fields = line.split()
+            if len(fields) != 3 or len(fields[2]) != 64:
+                raise ImageError(f"{path}:{number}: not 'name version sha256': {line!r}")
+            pins.append(DebianPin(*fields))
+    if not suite or not roots or not pins:
+        raise ImageError(f"{path}: no '# suite:', '# roots:' or pinned package")
+    return PinFile(suite, roots, tuple(pins))
+
+
+def resolve(suite: SuiteRoot, roots: Sequence[str]) -> PinFile:
+    """The closure of ``roots`` in ``suite`` as deb.debian.org serves it now, with each package's SHA-256."""
+    suite.update()
+    result = suite.run("apt-get", "--simulate", "install", "--no-install-recommends", *roots)
+    if result.returncode != 0:
+        raise ImageError(f"apt cannot install {' '.join(roots)} from {suite.suite}:\n{result.stdout[-1500:]}"
+                         f"{result.stderr}")
+    wanted = [(line.split()[1], line.split()[2].strip("()[]")) for line in result.stdout.splitlines()
+              if line.startswith("Inst ")]
+    shown = suite.run("apt-cache", "show", *(f"{n}={v}" for n, v in wanted)).stdout
+    sums: dict[tuple[str, str], str] = {}
+    for paragraph in shown.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in paragraph.splitlines() if ": " in line and not line[0].isspace())
+        if "Package" in fields and "SHA256" in fields:
+            sums.setdefault((fields["Package"], fields["Version"]), fields["SHA256"])
+    missing = [f"{n}={v}" for n, v in wanted if (n, v) not in sums]
+    if missing:
+        raise ImageError(f"apt-cache shows no SHA256 for {', '.join(missing)}")
+    pins = sorted((DebianPin(n, v, sums[(n, v)]) for n, v in wanted), key=lambda p: p.name)
+    return PinFile(suite.suite, tuple(roots), tuple(pins))
+
+
+def repin(path: Path) -> int:
+    """``python -m trainyard.rehearsal.debian PIN_FILE``: the file's roots resolved again in its suite, rewritten."""
+    try:
+        old = read_pins(path)
+        new = resolve(SuiteRoot.of(old.suite), old.roots)
+        path.write_text(new.dump(), encoding="utf-8")
+    except (ImageError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    changed = sorted({(p.name, p.version) for p in new.pins} - {(p.name, p.version) for p in old.pins})
+    print(f"{path}: {len(new.pins)} packages; changed: {', '.join(f'{n} {v}' for n, v in changed) or 'none'}")
+    return 0
+
+
+def slim_excluded(path: str) -> bool:
+    """What ``debian:<suite>-slim`` leaves out (docs, man pages, translations), every ``copyright`` file kept."""
+    if path.startswith("usr/share/doc/"):
+        return not path.endswith("/copyright") and path.count("/") > 3
+    return any(path.startswith(prefix) and path != prefix.rstrip("/") for prefix in SLIM_EXCLUDES)
+
+
+def _check_merged_usr(pin: DebianPin, entries: Sequence[Entry]) -> None:
+    """A merged-/usr suite ships nothing under /bin, /sbin, /lib, /lib64 but base-files' links to /usr."""
+    for entry in entries:
+        top, _, rest = entry.path.partition("/")
+        if top in MERGED_USR and (rest or entry.link != f"usr/{top}"):
+            raise ImageError(f"{pin.spec} ships /{entry.path}: not a merged-/usr package (this layer has no "
+                             f"/{top} directory)")
+
+
+def merged_usr_links(entries: Sequence[Entry]) -> list[Entry]:
+    """The merged-/usr links a layer lacks (base-files ships them; an image without base-files needs them)."""
+    present = {e.path for e in entries}
+    return [Entry(top, link=f"usr/{top}", mode=0o777) for top in MERGED_USR if top not in present]
+
+
 def main(argv: Sequence[str]) -> int:
-    """Print each package's current candidate as a pin line (to update a recipe's pins)."""
+    """Print each package's current candidate as a pin line (to update a recipe's pins); given one pin file, resolve
+    its roots again in its suite and rewrite it."""
+    if len(argv) == 1 and argv[0].endswith(".txt"):
+        return repin(Path(argv[0]))
     found = candidates(argv)
     for name in argv:
         if name in found:

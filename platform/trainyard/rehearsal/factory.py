@@ -13,6 +13,9 @@ on a base of distroless ``static:nonroot``'s files (``rehearsal/base_layer.py``)
 - ``kubeflow/trainer/trainer-controller-manager``: binary ``trainer-controller-manager``
   (``./cmd/trainer-controller-manager``); github.com/kubeflow/trainer/v2@v2.3.0:cmd/trainer-controller-manager/
   Dockerfile:31-34: ``/manager``, ``WORKDIR /``, no ``USER`` (the base's ``65532``).
+- ``cloudnative-pg/cloudnative-pg``: binary ``cnpg-manager`` (``./cmd/manager``: the operator and the instance
+  manager in one); cloudnative-pg@v1.30.0:Dockerfile: ``/operator/manager_amd64`` owned by nonroot, ``/manager`` a
+  link to it, ``/licenses``, ``USER 65532:65532`` (the recipe below says why the link matters).
 
 The binaries are ``tools/build.sh``'s (CGO_ENABLED=0, -trimpath, the upstream Makefiles' -X version flags).
 Every chart runs ``command: [/manager]`` (kueue 0.19.2 templates/manager/manager.yaml:59, jobset 0.12.0
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -51,7 +55,7 @@ from typing import IO
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.installs import upstream_image
 from trainyard.project import Stack
-from trainyard.rehearsal import provisioner_image, seaweedfs_image
+from trainyard.rehearsal import postgres_image, provisioner_image, seaweedfs_image
 from trainyard.rehearsal.base_layer import ENV, base_layer
 from trainyard.rehearsal.image_cache import (
     BuiltImage,
@@ -80,6 +84,11 @@ class Recipe:
     module: str
     package: str
     user: str  # the Dockerfile's USER, or the base's
+    path: str = ENTRYPOINT.lstrip("/")  # where the Dockerfile COPYs the binary
+    owner: int = 0  # COPY --chown's uid and gid (root without it)
+    links: tuple[tuple[str, str], ...] = ()  # (path, target) symbolic links the Dockerfile makes
+    version_prefix: str = ""  # share/<tool>/VERSION is the module version: "v" + the image tag where they differ
+    share: tuple[str, ...] = ()  # files and directories of share/<tool> the Dockerfile COPYs (same path in the image)
 
 
 RECIPES = (
@@ -88,9 +97,18 @@ RECIPES = (
     # No USER in Trainer's Dockerfile: distroless static:nonroot's user is "65532" (static/static.bzl, user = "%d" % uid).
     Recipe("trainer", "trainer", "trainer-controller-manager", "github.com/kubeflow/trainer/v2",
            "./cmd/trainer-controller-manager", "65532"),
+    # cloudnative-pg@v1.30.0:Dockerfile:13-18: the binary at /operator/manager_amd64 (--chown=nonroot:nonroot,
+    # --chmod=0755), /manager a link to it (made in the builder stage: `ln -sf operator/manager_${TARGETARCH} manager`),
+    # /licenses, USER 65532:65532, WORKDIR /. The link matters: every PostgreSQL pod's init container runs
+    # `/manager bootstrap /controller/manager` (pkg/specs/containers.go:39-43), which copies cmd.Root().Name(), the
+    # relative path "manager", from the working directory / (internal/cmd/manager/bootstrap/cmd.go).
+    Recipe("cnpg", "cnpg", "cnpg-manager", "github.com/cloudnative-pg/cloudnative-pg", "./cmd/manager", "65532:65532",
+           path="operator/manager_amd64", owner=65532, links=(("manager", "operator/manager_amd64"),),
+           version_prefix="v", share=("licenses", "LICENSE")),
 )
 CONTROLLERS = tuple(recipe.component for recipe in RECIPES)
 SEAWEEDFS = "seaweedfs"
+CNPG = "cnpg"
 # The chart components whose images the factory builds: what the rehearsal with real nodes runs in its cluster.
 COMPONENTS = (*CONTROLLERS, SEAWEEDFS)
 
@@ -107,7 +125,7 @@ def controller_binary(tools_dir: Path, recipe: Recipe, tag: str) -> bytes:
         raise ImageError(f"{path} not found: build it with `tools/build.sh {recipe.tool}` (or `make cluster-tools`)")
     version_file = tools_dir / "share" / recipe.tool / "VERSION"
     built = version_file.read_text(encoding="utf-8").strip() if version_file.is_file() else None
-    if built != tag:
+    if built != recipe.version_prefix + tag:
         raise ImageError(f"{path} was built from {recipe.module}@{built or '? (no ' + str(version_file) + ')'}, "
                          f"but the stack pins {tag}: the image's tag must be the binary's version "
                          f"(tools/build.sh {recipe.tool} builds the version pinned there)")
@@ -129,16 +147,44 @@ def image_config(recipe: Recipe, upstream: ImageRef) -> dict[str, object]:
     }
 
 
-def binary_layer(recipe: Recipe, binary: bytes, tag: str) -> Layer:
-    return Layer((Entry(ENTRYPOINT.lstrip("/"), binary, mode=0o755),),
-                 f"COPY {ENTRYPOINT}: {recipe.binary} built by tools/build.sh from {recipe.module}@{tag} "
-                 f"{recipe.package} (CGO_ENABLED=0, -trimpath)")
+def binary_layer(recipe: Recipe, binary: bytes, tag: str, tools_dir: Path | None = None) -> Layer:
+    """The binary where the Dockerfile puts it (with the directories COPY makes for it), its links, and the files of
+    ``share/<tool>`` it copies (read from ``tools_dir``)."""
+    parents = [str(p) for p in reversed(Path(recipe.path).parents) if str(p) != "."]
+    entries = [*(Entry(d, mode=0o755, uid=recipe.owner, gid=recipe.owner) for d in parents),
+               Entry(recipe.path, binary, mode=0o755, uid=recipe.owner, gid=recipe.owner),
+               *(Entry(path, link=target, mode=0o777) for path, target in recipe.links)]
+    for name in recipe.share:
+        if tools_dir is None:
+            raise ImageError(f"the {recipe.component} image copies share/{recipe.tool}/{name}: no tools directory given")
+        entries += _shared_tree(tools_dir / "share" / recipe.tool, name, recipe.tool)
+    return Layer(tuple(entries), f"COPY /{recipe.path}: {recipe.binary} built by tools/build.sh from "
+                                 f"{recipe.module}@{tag} {recipe.package} (CGO_ENABLED=0, -trimpath)")
+
+
+def _shared_tree(share: Path, name: str, tool: str) -> list[Entry]:
+    """``share/<tool>/<name>`` (a file or a directory tree) as root-owned entries under ``/<name>``."""
+    top = share / name
+    if not top.exists():
+        raise ImageError(f"{top} not found: run `tools/build.sh {tool}` (it copies {name} out of the module)")
+    paths = [top, *sorted(top.rglob("*"))] if top.is_dir() else [top]
+    out = []
+    for path in paths:
+        relative = str(path.relative_to(share))
+        if path.is_symlink():
+            out.append(Entry(relative, link=os.readlink(path), mode=0o777))
+        elif path.is_dir():
+            out.append(Entry(relative, mode=0o755))
+        else:
+            out.append(Entry(relative, path.read_bytes(), mode=0o644))
+    return out
 
 
 def build_images(config: PlatformConfig, tools_dir: Path, cache: Path | None = None,
                  components: Iterable[str] = COMPONENTS, root: Path = Path("/")) -> list[BuiltImage]:
     """Every image the charts of ``components`` need in the cluster: the controllers'; for ``seaweedfs`` the server's
-    and the provisioning Job's (Trainyard's own, on the Python base), which creates the buckets on it."""
+    and the provisioning Job's (Trainyard's own, on the Python base), which creates the buckets on it; for ``cnpg``,
+    where the stack declares MLflow's database, the PostgreSQL operand (``postgres_image.py``)."""
     wanted = list(components)
     unknown = sorted(set(wanted) - set(COMPONENTS))
     if unknown:
@@ -148,6 +194,9 @@ def build_images(config: PlatformConfig, tools_dir: Path, cache: Path | None = N
     if SEAWEEDFS in wanted:
         out.append(seaweedfs_image.build(config, tools_dir, directory, root))
         out.append(provisioner_image.build(config, directory, root))
+    if CNPG in wanted and config.mlflow.enabled:
+        # The stack's PostgreSQL Cluster runs here: its operand, from Debian's packages.
+        out.append(postgres_image.build(config, directory))
     return out
 
 
@@ -169,7 +218,7 @@ def build_controller_images(config: PlatformConfig, tools_dir: Path, cache: Path
     for recipe in (r for r in RECIPES if r.component in wanted):
         upstream = upstream_image(config, recipe.component)
         tag = str(upstream.tag)
-        layers = [base, binary_layer(recipe, controller_binary(tools_dir, recipe, tag), tag)]
+        layers = [base, binary_layer(recipe, controller_binary(tools_dir, recipe, tag), tag, tools_dir)]
         layout, digest, cached = cached_layout(cache or cache_root(), layers, image_config(recipe, upstream))
         out.append(BuiltImage(recipe.component, names[recipe.component], upstream, layout, digest, cached))
     return out

@@ -12,6 +12,8 @@ real nodes' loopback registry (``rehearsal/node.py``, ``LoopbackRegistry``), and
 - **images**: the image factory's builds, pushed under the stack's mirror names (and Trainyard's own provisioner
   image under the stack's own reference, whose host the node's containerd maps to the same registry:
   ``registry_hosts``); their digests go into the rehearsal's own image lock (the repository's lock is never written).
+  Only the charts the stack installs get theirs (the local stack without MLflow needs no CloudNativePG operator), and
+  the PostgreSQL operand where the stack's MLflow database runs (``postgres_image.py``).
 
 Packages carry the epoch as their creation time, so the same chart gives the same artifact digest.
 """
@@ -98,6 +100,13 @@ def seed_lock(stack: Stack, in_cluster: InCluster) -> ImageLock:
     return seeded
 
 
+def installed_controllers(in_cluster: InCluster, releases: list[ChartRelease]) -> tuple[str, ...]:
+    """The in-cluster components whose chart the stack installs: only their images are built and pushed (the local
+    stack without MLflow renders no CloudNativePG release, and so needs no operator image)."""
+    installed = {release.component for release in releases if not release.external}
+    return tuple(c for c in in_cluster.controllers if c in installed)
+
+
 def registry_hosts(config: PlatformConfig, in_cluster: InCluster) -> tuple[str, ...]:
     """The registry hosts besides the mirror's whose images the rehearsal pushes to its registry: the provisioner's
     (Trainyard's own image, named by the stack: ``registry.trainyard.internal``), when the object store runs in it."""
@@ -106,11 +115,14 @@ def registry_hosts(config: PlatformConfig, in_cluster: InCluster) -> tuple[str, 
     return (provisioner_image.target(config).registry,)
 
 
-def push_images(stack: Stack, config: PlatformConfig, in_cluster: InCluster, tools_dir: Path) -> Iterator[str]:
-    """The images of what runs in the cluster: built by the factory (or taken from its cache), pushed under the names
-    the stack renders, and locked: the rehearsal's lock then holds the digests the registry reports for them."""
+def push_images(stack: Stack, config: PlatformConfig, in_cluster: InCluster, tools_dir: Path,
+                components: tuple[str, ...] | None = None) -> Iterator[str]:
+    """The images of what runs in the cluster (``components``, default every in-cluster one): built by the factory (or
+    taken from its cache), pushed under the names the stack renders, and locked: the rehearsal's lock then holds the
+    digests the registry reports for them."""
     started = time.monotonic()
-    built = factory.build_images(config, tools_dir, components=in_cluster.controllers)
+    wanted = in_cluster.controllers if components is None else components
+    built = factory.build_images(config, tools_dir, components=wanted)
     yield f"{len(built)} images built in {time.monotonic() - started:.1f}s ({sum(b.cached for b in built)} from the cache)"
     factory.push_images(built, in_cluster.registry)
     overlay = Stack(stack.name, stack.path, stack.root, config)
@@ -126,7 +138,8 @@ def fill_mirror(stack: Stack, config: PlatformConfig, in_cluster: InCluster, too
 
     lock = seed_lock(stack, in_cluster)
     yield f"image lock {in_cluster.lock_file} (from {stack.config.images.lock_file}: {len(lock.entries)} entries)"
-    yield from push_images(stack, config, in_cluster, tools_dir)
     rendered = render_platform(config, stack.root, stack.path.parent)
-    for chart in push_charts(config, list(rendered.releases), in_cluster.registry):
+    releases = list(rendered.releases)
+    yield from push_images(stack, config, in_cluster, tools_dir, installed_controllers(in_cluster, releases))
+    for chart in push_charts(config, releases, in_cluster.registry):
         yield f"chart {chart.reference} (release {chart.release})"

@@ -137,8 +137,9 @@ class Rehearsal:
         for line in fill_mirror(self.stack, self.config, self.in_cluster, self.settings.tools_dir):
             print(f"    {line}", flush=True)
         print(f"==> the rehearsal's mirror filled in {time.monotonic() - start:.0f}s", flush=True)
-        volume = volumes.object_store_volume(self.config, self.settings.state_dir, REAL_NODE)
-        if volume is not None:
+        store = volumes.object_store_volume(self.config, self.settings.state_dir, REAL_NODE)
+        for volume in [*([store] if store is not None else []),
+                       *volumes.database_volumes(self.config, self.settings.state_dir, REAL_NODE)]:
             print(f"    {volumes.provide(self.kube, volume)}", flush=True)
 
     def _claim_cluster(self) -> None:
@@ -231,11 +232,12 @@ class Rehearsal:
         return run
 
     def installed_namespaces(self) -> list[str]:
-        """The namespaces of the charts this rehearsal installs (none without real nodes): the controllers' and the
-        object store's."""
-        from trainyard.manifests import installs, object_store
+        """The namespaces of the charts this rehearsal installs (none without real nodes): the controllers', the
+        object store's and CloudNativePG's."""
+        from trainyard.manifests import installs, mlflow, object_store
 
-        releases = [*installs.releases(self.config), *object_store.build(self.config).releases]
+        releases = [*installs.releases(self.config), *object_store.build(self.config).releases,
+                    *(mlflow.releases(self.config) if self.config.mlflow.enabled else [])]
         return sorted({r.namespace for r in releases if not r.external})
 
     def object_store_namespace(self) -> str | None:
@@ -251,10 +253,39 @@ class Rehearsal:
         namespace = self.object_store_namespace()
         return self.kube.items("jobs.batch", namespace, selector=f"{PROVISIONER_LABEL}=true") if namespace else []
 
+    def postgres_clusters(self) -> list[tuple[str, str]]:
+        """(namespace, name) of the CloudNativePG Clusters the stack declares where their operator runs here."""
+        from trainyard.manifests import mlflow
+
+        if not self.config.mlflow.enabled or "cnpg" in self.config.rehearsal.external_controllers:
+            return []
+        return [(self.config.mlflow.namespace, mlflow.CLUSTER)]
+
+    def postgres_problems(self) -> list[str]:
+        """Why a Cluster of ``postgres_clusters`` is not Ready with every instance Running on the real node."""
+        found = []
+        for namespace, name in self.postgres_clusters():
+            try:
+                cluster = self.kube.get("clusters.postgresql.cnpg.io", name, namespace)
+            except KubeError:
+                found.append(f"Cluster {namespace}/{name}: not found")
+                continue
+            status = cluster.get("status", {})
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []))
+            if not ready:
+                found.append(f"Cluster {namespace}/{name}: {status.get('phase', 'no phase yet')}"
+                             f" ({status.get('phaseReason', '')}), {status.get('readyInstances', 0)}/"
+                             f"{cluster['spec'].get('instances')} instances ready")
+            for pod in self.kube.items("pods", namespace, selector=f"cnpg.io/cluster={name}"):
+                where = pod["spec"].get("nodeName")
+                if where not in (None, REAL_NODE):
+                    found.append(f"{namespace}/{pod['metadata']['name']} on {where}, not the real node {REAL_NODE}")
+        return found
+
     def wait_platform_ready(self, timeout: float = 600) -> str:
-        """Every Deployment the installed charts made is Available, every pod of theirs Ready, on a real node, and the
-        object store's provisioning Job (where the object store runs here) Complete; returns the pods as
-        ``kubectl get pods -o wide`` lists them, and the Job."""
+        """Every Deployment the installed charts made is Available, every pod of theirs Ready, on a real node, the
+        object store's provisioning Job (where the object store runs here) Complete, and every PostgreSQL Cluster the
+        stack declares Ready there; returns the pods as ``kubectl get pods -o wide`` lists them, and the Job."""
         namespaces = self.installed_namespaces()
         store = self.object_store_namespace()
 
@@ -275,13 +306,14 @@ class Rehearsal:
                     if pod["spec"].get("nodeName") not in (None, REAL_NODE):
                         found.append(f"{namespace}/{pod['metadata']['name']} on {pod['spec'].get('nodeName')}, "
                                      f"not the real node {REAL_NODE}")
-            return found
+            return found + (self.postgres_problems() if not found else [])
 
         try:
             wait_until("the platform's pods to be Ready on the real node", lambda: not problems(), timeout)
         except TimeoutError:
             raise ClusterError("the platform is not Ready: " + "; ".join(problems())) from None
-        shown = [self.kube.run("get", "pods", "-n", namespace, "-o", "wide").stdout.rstrip() for namespace in namespaces]
+        shown = [self.kube.run("get", "pods", "-n", namespace, "-o", "wide").stdout.rstrip()
+                 for namespace in [*namespaces, *sorted({ns for ns, _ in self.postgres_clusters()})]]
         if store is not None:
             shown.append(self.kube.run("get", "jobs", "-n", store).stdout.rstrip())
         return "\n".join(shown)

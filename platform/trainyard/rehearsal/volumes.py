@@ -1,4 +1,6 @@
-"""The object store's volume on the real node: a local PersistentVolume under the rehearsal's state directory.
+"""The volumes of what runs on the real node: local PersistentVolumes under the rehearsal's state directory.
+
+Two claims get one: the object store's and each instance of the MLflow database (``database_volumes``), the same way.
 
 The stack declares the claim ``object-store/seaweedfs-data`` (``manifests/object_store.py``) and leaves the volume to the
 site (a storage class, a CSI driver). The rehearsal is the site here, so it provides one, before ``pulumi up``:
@@ -14,6 +16,13 @@ site (a storage class, a CSI driver). The rehearsal is the site here, so it prov
   (k8s.io/component-helpers@v0.36.3 storage/volume/pv_helpers.go ``FindMatchingVolume``: a volume pre-bound to the
   claim is returned first);
 - **``Retain``**, its directory at ``$TRAINYARD_CLUSTER_DIR/volumes/<namespace>/<claim>``.
+
+The MLflow database's claims are the operator's, not the stack's: CloudNativePG names an instance's claim
+``<cluster>-<serial>`` (and ``<cluster>-<serial>-wal`` with ``walStorage``), serials from 1 for a new Cluster
+(cloudnative-pg@v1.30.0 pkg/reconciler/persistentvolumeclaim/calculator.go, ``GetName``), of ``storage.size`` and
+``storageClass``; one volume each for instances 1..``instances`` (an instance the operator replaces later gets a new
+serial, and no volume here). PostgreSQL runs as uid/gid 26 with ``fsGroup: 26``, which the local volume gets as
+SeaweedFS's gets 1000.
 
 Lifecycle (docs/architecture.md "Data survives destroy"): ``pulumi destroy`` (``make down``) keeps the claim
 (``retainOnDelete``) and so the binding; ``trainyard cluster down`` stops the node and keeps the state directory,
@@ -77,6 +86,21 @@ def object_store_volume(config: PlatformConfig, state_dir: Path, node: str) -> N
     return NodeVolume(store.namespace, SEAWEEDFS_DATA_CLAIM, str(store.seaweedfs.volume.size),
                       store.seaweedfs.volume.storage_class or REHEARSAL_STORAGE_CLASS, node,
                       state_dir / "volumes" / store.namespace / SEAWEEDFS_DATA_CLAIM)
+
+
+def database_volumes(config: PlatformConfig, state_dir: Path, node: str) -> list[NodeVolume]:
+    """The MLflow database's instance volumes, when its Cluster runs here (CloudNativePG's chart installed)."""
+    from trainyard.manifests.mlflow import CLUSTER
+
+    if not config.mlflow.enabled or "cnpg" in config.rehearsal.external_controllers:
+        return []
+    db, namespace = config.mlflow.database, config.mlflow.namespace
+    storage_class = db.storage_class or REHEARSAL_STORAGE_CLASS
+    claims = [(f"{CLUSTER}-{serial}", str(db.storage_size)) for serial in range(1, db.instances + 1)]
+    if db.wal_storage_size is not None:
+        claims += [(f"{CLUSTER}-{serial}-wal", str(db.wal_storage_size)) for serial in range(1, db.instances + 1)]
+    return [NodeVolume(namespace, claim, size, storage_class, node, state_dir / "volumes" / namespace / claim)
+            for claim, size in claims]
 
 
 def provide(kube: Kube, volume: NodeVolume) -> str:

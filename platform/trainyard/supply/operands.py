@@ -126,7 +126,8 @@ def operand_images(rendered: RenderedPlatform, mirror: str | None) -> list[Opera
 
 def catalog_upstreams() -> dict[str, catalog.Image]:
     """Every upstream image the catalog pins, by repository (the mirror keeps the repository path)."""
-    images: list[catalog.Image] = [*catalog.GPU_OPERATOR_OPERANDS.values(), *(i for _, i in catalog.BARMAN_CLOUD_IMAGES)]
+    images: list[catalog.Image] = [*catalog.GPU_OPERATOR_OPERANDS.values(), *(i for _, i in catalog.BARMAN_CLOUD_IMAGES),
+                                   *catalog.POSTGRESQL_OPERANDS.values()]
     for release in catalog.RELEASES.values():
         images += [i for i in (release.image, *(i for _, i in release.images)) if i is not None]
     return {image.repository: image for image in images}
