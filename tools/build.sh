@@ -141,8 +141,6 @@ tool_share() {
     kwok) echo "kustomize/stage" ;;
     barman-cloud-crd) echo "$(dirname "$BARMAN_CLOUD_CRD")" ;;
     cnpg) echo "licenses LICENSE" ;;   # what the operator image COPYs besides the binary (its Dockerfile)
-    kserve) echo "LICENSE" ;;
-    kube-rbac-proxy) echo "LICENSE" ;;
   esac
 }
 

@@ -11,8 +11,9 @@
 - ``lifecycle.protect_data: false``: a rehearsal is disposable (CRDs and namespaces are still retained on delete);
 
 With real nodes (``InCluster``: the charts whose pods the rehearsal can run, from images built here: Kueue, JobSet,
-Trainer and the object store's SeaweedFS) it changes three more things, and those charts are installed by
-``pulumi up`` like on any cluster:
+Trainer, CloudNativePG, the object store's SeaweedFS and KServe, whose webhook certificate the rehearsal's
+cert-manager stand-in issues while cert-manager stays external: ``cert_standin.py``) it changes three more things,
+and those charts are installed by ``pulumi up`` like on any cluster:
 
 - ``rehearsal.external_controllers`` -> every chart controller *but* those;
 - ``images.registry_mirror`` -> ``trainyard.local/mirror/`` (containerd maps that host to the nodes' loopback
