@@ -368,3 +368,14 @@ def test_images_build_refuses_a_stack_without_a_mirror_and_a_registry_off_loopba
     assert "to a loopback registry only" in capsys.readouterr().err
     assert main(["images", "build", stack_file, "--lock"]) == 2
     assert "--lock needs --push" in capsys.readouterr().err
+
+
+def test_the_kserve_tools_build_the_versions_the_catalog_pins(config: PlatformConfig) -> None:
+    """tools/build.sh's KServe controller and kube-rbac-proxy are the catalog's controller image and its chart's
+    rbac-proxy image: the factory refuses a binary of another version, so the two must move together."""
+    script = (ROOT / "tools" / "build.sh").read_text()
+    for recipe in (r for r in factory.RECIPES if r.component == "kserve"):
+        prefix = recipe.tool.upper().replace("-", "_")
+        assert re.search(rf"^{prefix}_MODULE={re.escape(recipe.module)}$", script, re.M), recipe.tool
+        tag = factory.recipe_upstream(config, recipe).tag
+        assert re.search(rf"^{prefix}_VERSION={re.escape(str(tag))}$", script, re.M), (recipe.tool, tag)

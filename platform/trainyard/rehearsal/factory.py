@@ -17,7 +17,7 @@ on a base of distroless ``static:nonroot``'s files (``rehearsal/base_layer.py``)
   manager in one); cloudnative-pg@v1.30.0:Dockerfile: ``/operator/manager_amd64`` owned by nonroot, ``/manager`` a
   link to it, ``/licenses``, ``USER 65532:65532`` (the recipe below says why the link matters).
 - ``kserve/kserve-controller``: binary ``kserve-manager`` (github.com/kserve/kserve ``./cmd/manager``);
-  kserve@v0.20.0:Dockerfile:33-37: ``/manager``, ``ENTRYPOINT ["/manager"]``, no ``USER`` (the base's ``65532``). Its
+  kserve@v0.20.0:Dockerfile:36-39: ``/manager``, ``ENTRYPOINT ["/manager"]``, no ``USER`` (the base's ``65532``). Its
   ``COPY --from=license /third_party`` (``go-licenses save`` of every dependency's licence) is not made here: no
   licence tool is built, and nothing reads that directory at run time (docs/tools.md).
 - ``brancz/kube-rbac-proxy``: the sidecar kserve-resources v0.20.0 runs beside the manager (its ``rbac-proxy`` image);
