@@ -104,7 +104,9 @@ def test_the_controllers_run_from_the_mirror_by_the_built_digest_on_the_real_nod
             if pod["status"].get("phase") == "Succeeded":
                 continue  # the object store's provisioning Job (its own test below)
             assert all(c["ready"] for c in pod["status"]["containerStatuses"]), pod["status"]
-            for container, status in zip(pod["spec"]["containers"], pod["status"]["containerStatuses"], strict=True):
+            statuses = {status["name"]: status for status in pod["status"]["containerStatuses"]}
+            for container in pod["spec"]["containers"]:
+                status = statuses[container["name"]]  # the kubelet lists statuses by name, not in the spec's order
                 image = container["image"]
                 assert image.startswith("trainyard.local/mirror/") and "@sha256:" in image, image
                 tagged, digest = image.split("@")
