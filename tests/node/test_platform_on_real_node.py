@@ -298,9 +298,17 @@ INJECT = "cert-manager.io/inject-ca-from"
 
 
 def _webhook_configurations(live: Rehearsal) -> list[dict[str, Any]]:
-    """KServe's webhook configurations: those asking for the CA of its Certificate."""
+    """KServe's webhook configurations: those asking for the CA of its Certificate (with their managed fields)."""
     return [w for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
-            for w in live.kube.items(kind, None) if (w["metadata"].get("annotations") or {}).get(INJECT)]
+            for w in json.loads(live.kube.run("get", kind, "-o", "json", "--show-managed-fields").stdout)["items"]
+            if (w["metadata"].get("annotations") or {}).get(INJECT)]
+
+
+def _with_managed_fields(live: Rehearsal, kind: str, name: str, namespace: str) -> dict[str, Any]:
+    """The object as the API server holds it, managedFields included (kubectl leaves them out by default)."""
+    found: dict[str, Any] = json.loads(live.kube.run("get", kind, name, "-n", namespace, "-o", "json",
+                                                     "--show-managed-fields").stdout)
+    return found
 
 
 def test_the_cert_manager_stand_in_issued_kserves_certificate_and_injected_its_ca(live: Rehearsal) -> None:
@@ -309,7 +317,7 @@ def test_the_cert_manager_stand_in_issued_kserves_certificate_and_injected_its_c
     certificate = live.kube.get("certificates.cert-manager.io", "serving-cert", KSERVE)
     ready = next(c for c in certificate["status"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True", certificate["status"]
-    secret = live.kube.get("secret", certificate["spec"]["secretName"], KSERVE)
+    secret = _with_managed_fields(live, "secret", certificate["spec"]["secretName"], KSERVE)
     managers = {m["manager"] for m in secret["metadata"]["managedFields"]}
     assert managers == {cert_standin.FIELD_MANAGER}, managers
     ca = base64.b64decode(secret["data"]["ca.crt"])

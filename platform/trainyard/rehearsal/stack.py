@@ -19,6 +19,10 @@ and those charts are installed by ``pulumi up`` like on any cluster:
 - ``images.registry_mirror`` -> ``trainyard.local/mirror/`` (containerd maps that host to the nodes' loopback
   registry: ``rehearsal/images.py``) and ``images.lock_file`` -> the rehearsal's own lock in the cluster's state
   directory, which the image factory fills with the digests it pushed (the repository's lock is not touched);
+  that mirror is added to ``runtimes.approved_registries``, as a site's mirror lies under its approved registry
+  (staging and prod: ``registry.trainyard.internal/mirror/`` under ``registry.trainyard.internal/``): KServe's pod
+  mutator puts the storage initializer, from the mirror, into every predictor pod of a tenant, and the stack's
+  ``trainyard-pod-images`` policy refuses a tenant pod with an image from anywhere else;
 - ``charts`` -> the same loopback registry as the OCI chart mirror (``rehearsal/mirror.py`` pushes the charts);
 - ``system_pods.node_selector`` -> the real nodes' label, so that no controller lands on a fake GPU node;
 
@@ -100,6 +104,10 @@ def rehearsal_platform(platform: Mapping[str, Any], overrides: Mapping[str, Any]
     if in_cluster is not None:
         out["images"] = {**(out.get("images") or {}), "registry_mirror": REHEARSAL_MIRROR,
                          "lock_file": str(in_cluster.lock_file)}
+        runtimes = out.get("runtimes") or {}
+        approved = list(runtimes.get("approved_registries") or [])
+        out["runtimes"] = {**runtimes, "approved_registries": [*approved, *([REHEARSAL_MIRROR]
+                                                                           if REHEARSAL_MIRROR not in approved else [])]}
         out["charts"] = {"mirror": f"oci://{in_cluster.registry}/charts", "plain_http": True}
         out["system_pods"] = {**(out.get("system_pods") or {}), "node_selector": dict(REAL_NODE_LABELS)}
     out["gpu_pools"] = [{**pool, "fake": True} for pool in out.get("gpu_pools") or []]
