@@ -29,6 +29,8 @@ Certificates the stack declares, and nothing else:
   Written by server-side apply of only ``webhooks[name].clientConfig.caBundle`` (or the CRD's or APIService's
   ``caBundle``) with ``force`` (reconciler.go: ``Client.Apply(..., ForceOwnership, FieldOwner)``), so
   ``pulumi up``'s own server-side apply, which never sets ``caBundle``, does not fight it.
+  cainjector's two other sources (``inject-ca-from-secret``, ``inject-apiserver-ca``: sources.go) are not served:
+  no chart the stack installs uses them.
 
 Its field manager is ``trainyard-cert-standin``; its identity a client certificate ``trainyard:cert-standin``. It is a
 rehearsal piece, and cannot be anything else: it lives in ``trainyard.rehearsal`` and no product module imports it
