@@ -659,13 +659,22 @@ class RealNode:
                 self.plane.kube().run("delete", "node", self.name, "--ignore-not-found", "--wait=false")
 
     def _delete_pods(self, grace: float) -> None:
-        """Delete the node's pods through the API: the kubelet stops them (CRI StopPodSandbox runs CNI DEL)."""
+        """Cordon the node, delete its pods through the API (the kubelet stops them: CRI StopPodSandbox runs CNI DEL)
+        and wait for *those* pods to be gone. A Deployment's or DaemonSet's controller creates replacements at once;
+        a cordoned node gets no Deployment pod, but a DaemonSet's tolerates the cordon, so waiting for the node to be
+        empty would wait out the whole grace period (it did: 60 s on every ``down`` with controllers as pods).
+        Whatever replacement did start is stopped through containerd next (``_kill_containers``)."""
         kube, selector = self.plane.kube(), f"spec.nodeName={self.name}"
+
+        def uids() -> set[str]:
+            return set(kube.run("get", "pods", "--all-namespaces", "--field-selector", selector,
+                                "-o", "jsonpath={.items[*].metadata.uid}").stdout.split())
+
         try:
+            kube.run("cordon", self.name, check=False)
+            deleted = uids()
             kube.run("delete", "pods", "--all-namespaces", "--field-selector", selector, "--wait=false", check=False)
-            wait_until(f"the pods of {self.name} to be gone",
-                       lambda: not kube.run("get", "pods", "--all-namespaces", "--field-selector", selector,
-                                            "-o", "name").stdout.strip(), grace, interval=1)
+            wait_until(f"the pods of {self.name} to be gone", lambda: not deleted & uids(), grace, interval=1)
         except (TimeoutError, KubeError) as exc:
             print(f"    {exc}: stopping them through containerd", flush=True)
 
