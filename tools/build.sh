@@ -40,7 +40,7 @@ ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueu
 # Cold build cost, most first (CPU-seconds on a 2-core machine, docs/tools.md "Cold and warm"): the
 # order -j N starts them in. pulumi-kubernetes compiles one huge package on one core for ~15 min, so
 # with -j 2 the rest build beside it.
-BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kubelet pulumi kueue cnpg trainer kwok promtool kube-router coredns jobset helm etcd kind crane)
+BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kserve kubelet pulumi kueue cnpg trainer kwok promtool kube-router coredns kube-rbac-proxy jobset helm etcd kind crane)
 # What `trainyard cluster up`, `make up` and the cluster tier need (the control plane, the engine and its
 # provider, the controllers, kwok; crane for the destroy test's registry). CI builds these first, beside
 # `make test`, and the rest (seaweedfs, promtool, kind) beside the cluster tier (.ci/run).
@@ -48,12 +48,13 @@ CLUSTER_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes kueue jobset trainer
 # What a real rehearsal node needs besides the control plane (docs/rehearsal.md "Real nodes"): the kubelet
 # and kube-proxy, kube-router (its network policy controller only: NetworkPolicy enforcement), CoreDNS (the
 # cluster DNS its pods query), crane for the loopback registry its images are pulled from, and CloudNativePG's
-# operator (the node tier runs the MLflow database: tests/node/test_postgres_on_real_node.py). containerd, runc,
+# operator (the node tier runs the MLflow database: tests/node/test_postgres_on_real_node.py), KServe's controller
+# and the kube-rbac-proxy sidecar its chart runs beside it (tests/node/test_kserve_on_real_node.py). containerd, runc,
 # the CNI plugins, iptables and ipset come from Debian (the node's prerequisites check names them).
-NODE_TOOLS=(etcd kube-apiserver kubelet kube-router coredns crane cnpg)
+NODE_TOOLS=(etcd kube-apiserver kubelet kube-router coredns crane cnpg kserve kube-rbac-proxy)
 # Tools outside `all` (so `make tools` and CI's `tools/build.sh all` do not build them yet; docs/tools.md has
 # their cold and warm figures): built by name or by their group (.ci/run names them beside `all`).
-OPTIONAL_TOOLS=(kubelet kube-router coredns cnpg)
+OPTIONAL_TOOLS=(kubelet kube-router coredns cnpg kserve kube-rbac-proxy)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
@@ -100,6 +101,19 @@ CNPG_MODULE=github.com/cloudnative-pg/cloudnative-pg
 CNPG_VERSION=v1.30.0
 CNPG_MODSUM="h1:fnhVq44xXx97MNiuvJsPrX1vSjYbgdyBK5MSGfdHdp0="
 CNPG_COMMIT=4b5e244a7d031f67e025c83c1555e7726ecbbfa1
+# KServe's controller (cmd/manager in the root module), built inside its module like cnpg (module sum checked). Keep
+# equal to trainyard.catalog's kserve release (a test checks it). Upstream's root Dockerfile (v0.20.0) builds it with
+# `CGO_ENABLED=0 GOOS=linux GOFLAGS=-mod=readonly go build -a -tags "" -o manager ./cmd/manager`: no -ldflags at all
+# (no version variables, symbols kept), so none are set here either (tool_ldflags).
+KSERVE_MODULE=github.com/kserve/kserve
+KSERVE_VERSION=v0.20.0
+KSERVE_MODSUM="h1:Bs7HxmGV4KFqqptDcWseKv+mwD4YOYHJWcuVgPG2Gug="
+# The sidecar kserve-resources v0.20.0 runs beside the manager (values.yaml controller.rbacProxyImage
+# quay.io/brancz/kube-rbac-proxy:v0.18.0; files/kserve/deployment-patch.yaml renders it unconditionally).
+KUBE_RBAC_PROXY_MODULE=github.com/brancz/kube-rbac-proxy
+KUBE_RBAC_PROXY_VERSION=v0.18.0
+KUBE_RBAC_PROXY_MODSUM="h1:mceEQjQIkVeWkZyYMRK7i5LaA4bLm3+skiH14hmVcR0="
+KUBE_RBAC_PROXY_COMMIT=e29dd733e317b71e4c8065e4f5bcb4cfc0a59bed   # the tag's commit (the proxy's Origin.Hash)
 
 # tool_module TOOL -> module@version for tools built inside an upstream module (else nothing)
 tool_module() {
@@ -113,6 +127,8 @@ tool_module() {
     kind) echo "sigs.k8s.io/kind@$KIND_VERSION" ;;
     barman-cloud-crd) echo "$BARMAN_CLOUD_MODULE@$BARMAN_CLOUD_VERSION" ;;
     cnpg) echo "$CNPG_MODULE@$CNPG_VERSION" ;;
+    kserve) echo "$KSERVE_MODULE@$KSERVE_VERSION" ;;
+    kube-rbac-proxy) echo "$KUBE_RBAC_PROXY_MODULE@$KUBE_RBAC_PROXY_VERSION" ;;
   esac
 }
 
@@ -171,6 +187,9 @@ tool_bins() {
     # The operator and the instance manager it copies into every PostgreSQL pod: one binary (upstream's
     # .goreleaser.yml build "manager", main cmd/manager/main.go).
     cnpg) echo "cnpg-manager ./cmd/manager" ;;
+    # Upstream's root Dockerfile: ARG CMD=manager, `go build ... -o manager ./cmd/${CMD}`.
+    kserve) echo "kserve-manager ./cmd/manager" ;;
+    kube-rbac-proxy) echo "kube-rbac-proxy ./cmd/kube-rbac-proxy" ;;
     barman-cloud-crd) ;;   # no binary: only the CRD, copied to share/ (post_build)
     *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]} ${OPTIONAL_TOOLS[*]})" >&2; return 2 ;;
   esac
@@ -186,6 +205,13 @@ tool_extra_files() {
 tool_ldflags() {
   local x=""
   case "$1" in
+    # Upstream's Dockerfile passes no -ldflags (not even -s -w): the binary keeps its symbols, as upstream's does.
+    kserve) echo ""; return 0 ;;
+    # kube-rbac-proxy's Makefile (v0.18.0): VERSION_SEMVER from its VERSION file (the commit suffix is git's, absent
+    # from the module zip), programName; no -s -w there either. gitCommit is the tag's (the proxy's Origin.Hash).
+    kube-rbac-proxy)
+      echo "-X k8s.io/component-base/version.gitVersion=$KUBE_RBAC_PROXY_VERSION -X k8s.io/component-base/version.gitCommit=$KUBE_RBAC_PROXY_COMMIT -X k8s.io/component-base/version/verflag.programName=kube-rbac-proxy"
+      return 0 ;;
     kube-apiserver|kubelet)
       local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
       for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -281,6 +307,8 @@ tool_stamp() {
     [[ "$t" != seaweedfs ]] || echo "sum=$SEAWEEDFS_MODSUM"
     [[ "$t" != minio ]] || echo "sum=$MINIO_MODSUM"
     [[ "$t" != cnpg ]] || echo "sum=$CNPG_MODSUM"
+    [[ "$t" != kserve ]] || echo "sum=$KSERVE_MODSUM"
+    [[ "$t" != kube-rbac-proxy ]] || echo "sum=$KUBE_RBAC_PROXY_MODSUM"
     [[ "$t" != barman-cloud-crd ]] || echo "sum=$BARMAN_CLOUD_MODSUM crd=$BARMAN_CLOUD_CRD blob=$BARMAN_CLOUD_CRD_BLOB"
     if [[ -n "$m" ]]; then echo "module=$m share=$(tool_share "$t")"; fi
     if [[ "$t" == kind ]]; then sha256sum "$TOOLS_SRC/kind-config-check/main.go" | cut -d' ' -f1; fi
@@ -316,6 +344,8 @@ prepare() {
     kind) prepare_kind "$dir" ;;
     barman-cloud-crd) prepare_module_zip "$BARMAN_CLOUD_MODULE" "$BARMAN_CLOUD_VERSION" "$BARMAN_CLOUD_MODSUM" ;;
     cnpg) prepare_module_zip "$CNPG_MODULE" "$CNPG_VERSION" "$CNPG_MODSUM" ;;
+    kserve) prepare_module_zip "$KSERVE_MODULE" "$KSERVE_VERSION" "$KSERVE_MODSUM" ;;
+    kube-rbac-proxy) prepare_module_zip "$KUBE_RBAC_PROXY_MODULE" "$KUBE_RBAC_PROXY_VERSION" "$KUBE_RBAC_PROXY_MODSUM" ;;
     *) echo "$dir" ;;
   esac
 }

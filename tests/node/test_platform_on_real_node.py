@@ -14,16 +14,24 @@ their digests; then the real engine deploys the local stack with those three con
   completes on its fake GPU pool;
 - all of it with the stack's NetworkPolicies enforced on that node (kube-router's firewall, as in
   tests/node/test_network_policy.py): the controllers' namespaces are default-deny for ingress but their webhooks;
-- a second `pulumi up` changes nothing;
+- KServe's controller (and its chart's kube-rbac-proxy sidecar) Ready on the real node by the built digests, with the
+  webhook certificate the rehearsal's cert-manager stand-in issued (cert-manager stays external: it is not built
+  here) and the stand-in's CA injected into every webhook configuration; its webhooks answer: a dry-run
+  InferenceService the stack's policies allow comes back defaulted by KServe's mutating webhook, an invalid one is
+  refused by its validating webhook with its own message; a real one gets its Deployment and Service from the
+  controller, and its pod the storage initializer from KServe's pod mutator;
+- a second `pulumi up` changes nothing, and leaves the injected CA bundles alone;
 - a controller pod that is killed is replaced and the platform admits the next job; a killed containerd is
   restarted and the node's pods keep running.
 
-Needs root, the cluster and node tools (`tools/build.sh cluster kubelet coredns`), Debian's containerd, runc, CNI
+Needs root, the cluster and node tools (`tools/build.sh cluster kubelet coredns kube-router kserve kube-rbac-proxy`),
+Debian's containerd, runc, CNI
 plugins and nftables; skips saying which is missing elsewhere (`make test-node`).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -39,7 +47,7 @@ from tests.cluster.conftest import private_env, tools_problem
 from tests.conftest import ROOT
 from tests.node.test_real_node import free_pod_network
 from trainyard.project import open_stack
-from trainyard.rehearsal.kube import wait_until
+from trainyard.rehearsal.kube import Kube, wait_until
 from trainyard.rehearsal.node import RealNode
 from trainyard.rehearsal.scenario import Job
 from trainyard.rehearsal.session import REAL_NODE, Rehearsal
@@ -54,7 +62,7 @@ TIMINGS: dict[str, float] = {}
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
     if os.geteuid() != 0:
         pytest.skip("a real node needs root (containerd, kubelet, network namespaces)")
-    problem = tools_problem("cluster", "kubelet", "coredns", "kube-router")
+    problem = tools_problem("cluster", "kubelet", "coredns", "kube-router", "kserve", "kube-rbac-proxy")
     if problem is not None:
         pytest.skip(problem)
     base = tmp_path_factory.mktemp("live")
@@ -97,7 +105,9 @@ def test_the_controllers_run_from_the_mirror_by_the_built_digest_on_the_real_nod
             if pod["status"].get("phase") == "Succeeded":
                 continue  # the object store's provisioning Job (its own test below)
             assert all(c["ready"] for c in pod["status"]["containerStatuses"]), pod["status"]
-            for container, status in zip(pod["spec"]["containers"], pod["status"]["containerStatuses"], strict=True):
+            statuses = {status["name"]: status for status in pod["status"]["containerStatuses"]}
+            for container in pod["spec"]["containers"]:
+                status = statuses[container["name"]]  # the kubelet lists statuses by name, not in the spec's order
                 image = container["image"]
                 assert image.startswith("trainyard.local/mirror/") and "@sha256:" in image, image
                 tagged, digest = image.split("@")
@@ -106,7 +116,7 @@ def test_the_controllers_run_from_the_mirror_by_the_built_digest_on_the_real_nod
                 assert status["imageID"].endswith(digest), status["imageID"]  # what containerd ran
                 seen.append(f"{namespace}/{pod['metadata']['name']}: {image}")
     print("\n".join(seen))
-    assert len(seen) == 4, seen  # Kueue, JobSet, Trainer, SeaweedFS
+    assert len(seen) == 6, seen  # Kueue, JobSet, Trainer, SeaweedFS, KServe's manager and kube-rbac-proxy
 
 
 def _run_jobs(live: Rehearsal, suffix: str) -> None:
@@ -284,6 +294,142 @@ def test_a_tenant_reads_and_writes_its_own_bucket_and_is_refused_the_others(live
         assert theirs not in seen["buckets listed"], seen
 
 
+KSERVE = "kserve"
+INJECT = "cert-manager.io/inject-ca-from"
+
+
+def _webhook_configurations(live: Rehearsal) -> list[dict[str, Any]]:
+    """KServe's webhook configurations: those asking for the CA of its Certificate (with their managed fields)."""
+    return [w for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+            for w in json.loads(live.kube.run("get", kind, "-o", "json", "--show-managed-fields").stdout)["items"]
+            if (w["metadata"].get("annotations") or {}).get(INJECT)]
+
+
+def _with_managed_fields(live: Rehearsal, kind: str, name: str, namespace: str) -> dict[str, Any]:
+    """The object as the API server holds it, managedFields included (kubectl leaves them out by default)."""
+    found: dict[str, Any] = json.loads(live.kube.run("get", kind, name, "-n", namespace, "-o", "json",
+                                                     "--show-managed-fields").stdout)
+    return found
+
+
+def test_the_cert_manager_stand_in_issued_kserves_certificate_and_injected_its_ca(live: Rehearsal) -> None:
+    from trainyard.rehearsal import cert_standin
+
+    certificate = live.kube.get("certificates.cert-manager.io", "serving-cert", KSERVE)
+    ready = next(c for c in certificate["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True", certificate["status"]
+    secret = _with_managed_fields(live, "secret", certificate["spec"]["secretName"], KSERVE)
+    managers = {m["manager"] for m in secret["metadata"]["managedFields"]}
+    assert managers == {cert_standin.FIELD_MANAGER}, managers
+    ca = base64.b64decode(secret["data"]["ca.crt"])
+    assert ca == (live.settings.pki / "cert-standin-ca.crt").read_bytes()
+    crt = base64.b64decode(secret["data"]["tls.crt"])
+    text = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-enddate"], input=crt,
+                          capture_output=True, check=True).stdout.decode()
+    print(f"Certificate kserve/serving-cert: Ready ({ready['message']}); Secret {secret['metadata']['name']} "
+          f"({secret['type']}, {', '.join(sorted(secret['data']))}) by {', '.join(managers)}: "
+          + " ".join(text.split()))
+    assert f"DNS:{certificate['spec']['dnsNames'][0]}" in text
+    configurations = _webhook_configurations(live)
+    assert len(configurations) == 6, [c["metadata"]["name"] for c in configurations]  # 1 mutating, 5 validating
+    for configuration in configurations:
+        for webhook in configuration["webhooks"]:
+            assert base64.b64decode(webhook["clientConfig"]["caBundle"]) == ca, webhook["name"]
+        owners = {m["manager"] for m in configuration["metadata"]["managedFields"]}
+        assert cert_standin.FIELD_MANAGER in owners and any(o.startswith("pulumi") for o in owners), owners
+    print(f"caBundle = the stand-in's CA in {sum(len(c['webhooks']) for c in configurations)} webhooks of "
+          f"{len(configurations)} configurations (managed by {cert_standin.FIELD_MANAGER} beside Pulumi)")
+
+
+def _inference_service(live: Rehearsal, name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """An InferenceService of team-a that the stack's admission policies allow: an approved runtime, the tenant's
+    model bucket, cluster-local, its serving ServiceAccount."""
+    from trainyard.manifests.serving import SERVICE_ACCOUNT, model_bucket
+
+    tenant = next(t for t in live.config.tenants if t.name == "team-a")
+    return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": tenant.namespace_name,
+                         "labels": {"networking.kserve.io/visibility": "cluster-local"},
+                         **({"annotations": annotations} if annotations else {})},
+            "spec": {"predictor": {"serviceAccountName": SERVICE_ACCOUNT, "model": {
+                "modelFormat": {"name": "huggingface"}, "runtime": "huggingface-server",
+                "storageUri": f"s3://{model_bucket(live.config, tenant)}/llama-3.2-1b/adapter/"}}}}
+
+
+def _as_tenant(live: Rehearsal) -> Kube:
+    return Kube(live.settings.binary("kubectl"), live.tenant_kubeconfig("team-a"))
+
+
+def test_kserves_webhooks_default_an_allowed_inference_service_and_refuse_an_invalid_one(live: Rehearsal) -> None:
+    tenant = _as_tenant(live)
+    allowed = _inference_service(live, "webhook-probe")
+    start = time.monotonic()
+    created = json.loads(tenant.run("create", "--dry-run=server", "-o", "json", "-f", "-",
+                                    stdin=json.dumps(allowed)).stdout)
+    TIMINGS["dry-run InferenceService through KServe's webhooks"] = time.monotonic() - start
+    annotations = created["metadata"].get("annotations") or {}
+    predictor = created["spec"]["predictor"]
+    print(f"defaulted by KServe's mutating webhook: annotation serving.kserve.io/deploymentMode="
+          f"{annotations.get('serving.kserve.io/deploymentMode')}, predictor.automountServiceAccountToken="
+          f"{predictor.get('automountServiceAccountToken')}, model.protocolVersion="
+          f"{predictor['model'].get('protocolVersion')}")
+    # kserve@v0.20.0 pkg/apis/serving/v1beta1/inference_service_defaults.go:176-185 (the ConfigMap's
+    # defaultDeploymentMode, Standard here) and :219-225 (the chart's security.autoMountServiceAccountToken: false).
+    # The CRD's schema defaults neither: only the webhook in the controller's pod can have set them.
+    assert annotations.get("serving.kserve.io/deploymentMode") == "Standard"
+    assert predictor.get("automountServiceAccountToken") is False
+    # Valid to the stack's admission policies, invalid to KServe: an autoscaler class it does not know
+    # (pkg/apis/serving/v1beta1/inference_service_validation.go:487).
+    invalid = _inference_service(live, "webhook-probe", {"serving.kserve.io/autoscalerClass": "bogus"})
+    result = tenant.run("create", "--dry-run=server", "-f", "-", stdin=json.dumps(invalid), check=False)
+    print(result.stderr.strip())
+    assert result.returncode != 0
+    assert 'admission webhook "inferenceservice.kserve-webhook-server.validator" denied the request' in result.stderr
+    assert "[bogus] is not a supported autoscaler class type" in result.stderr
+
+
+def test_the_controller_makes_a_standard_inference_services_deployment_and_service(live: Rehearsal) -> None:
+    tenant = _as_tenant(live)
+    isvc = _inference_service(live, "adapter")
+    namespace = isvc["metadata"]["namespace"]
+    start = time.monotonic()
+    tenant.run("create", "-f", "-", stdin=json.dumps(isvc))
+    try:
+        def made() -> bool:
+            deployments = live.kube.items("deployments", namespace, selector="serving.kserve.io/inferenceservice=adapter")
+            services = live.kube.items("services", namespace, selector="serving.kserve.io/inferenceservice=adapter")
+            return bool(deployments) and bool(services)
+
+        wait_until("KServe's controller to make the predictor's Deployment and Service", made, 120)
+        TIMINGS["InferenceService created -> its Deployment and Service made"] = time.monotonic() - start
+        (deployment,) = live.kube.items("deployments", namespace, selector="serving.kserve.io/inferenceservice=adapter")
+        services = live.kube.items("services", namespace, selector="serving.kserve.io/inferenceservice=adapter")
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        print(f"Deployment {namespace}/{deployment['metadata']['name']}: {container['name']} {container['image']}; "
+              f"Services: {', '.join(s['metadata']['name'] for s in services)}")
+        assert container["image"] == next(
+            c["image"] for c in live.kube.get("clusterservingruntime", "huggingface-server")["spec"]["containers"])
+        # The ReplicaSet's pod goes through KServe's pod mutator, which adds the storage initializer (its image from
+        # the chart's values: the mirror's name). The model server's own image is not in the mirror yet.
+        def mutated() -> list[dict[str, Any]]:
+            return [p for p in live.kube.items("pods", namespace, selector="serving.kserve.io/inferenceservice=adapter")
+                    if p["spec"].get("initContainers")]
+        try:
+            wait_until("the predictor's pod, mutated by KServe's webhook", lambda: bool(mutated()), 60)
+        except TimeoutError:
+            events = live.kube.run("get", "events", "-n", namespace, "--field-selector", "type=Warning").stdout
+            pytest.fail(f"no predictor pod with the storage initializer:\n{events[-3000:]}")
+        pod = mutated()[0]
+        (init,) = [c for c in pod["spec"]["initContainers"] if c["name"] == "storage-initializer"]
+        print(f"pod {pod['metadata']['name']}: init container storage-initializer {init['image']} "
+              f"{' '.join(init.get('args', []))}; phase {pod['status'].get('phase')} on {pod['spec'].get('nodeName')}")
+        assert init["image"].startswith("trainyard.local/mirror/kserve/storage-initializer:v0.20.0")
+        assert init["args"][0] == isvc["spec"]["predictor"]["model"]["storageUri"]
+    finally:
+        tenant.run("delete", "inferenceservice", "adapter", "-n", namespace, "--wait=true", "--timeout=120s",
+                   check=False)
+
+
 def test_a_second_up_changes_nothing(live: Rehearsal) -> None:
     run = live.deploy()
     assert run.returncode == 0, run.output[-4000:]
@@ -294,6 +440,10 @@ def test_a_second_up_changes_nothing(live: Rehearsal) -> None:
     assert any("unchanged" in line for line in resources), run.output[-3000:]
     assert not any(word in line for line in resources for word in ("updated", "created", "replaced", "deleted")), \
         resources
+    # Pulumi's server-side apply never sets caBundle: the stand-in's injection outlives the second up.
+    ca = (live.settings.pki / "cert-standin-ca.crt").read_bytes()
+    assert all(base64.b64decode(w["clientConfig"]["caBundle"]) == ca
+               for c in _webhook_configurations(live) for w in c["webhooks"])
 
 
 def test_a_killed_controller_pod_is_replaced_and_jobs_still_run(live: Rehearsal) -> None:

@@ -57,7 +57,7 @@ MLFLOW_DATABASE: dict[str, Any] = {
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
     if os.geteuid() != 0:
         pytest.skip("a real node needs root (containerd, kubelet, network namespaces)")
-    problem = tools_problem("cluster", "kubelet", "coredns", "kube-router", "cnpg")
+    problem = tools_problem("cluster", "kubelet", "coredns", "kube-router", "cnpg", "kserve", "kube-rbac-proxy")
     if problem is not None:
         pytest.skip(problem)
     base = tmp_path_factory.mktemp("postgres")

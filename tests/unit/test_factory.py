@@ -88,10 +88,11 @@ def _tools(directory: Path, config: PlatformConfig, **overrides: bytes) -> Path:
     """A tools directory as tools/build.sh leaves it: bin/<binary> and share/<tool>/VERSION of the stack's version."""
     for recipe in factory.RECIPES:
         (directory / "bin").mkdir(parents=True, exist_ok=True)
-        data = overrides.get(recipe.component, tiny_elf(payload=recipe.binary.encode()))
+        data = overrides.get(recipe.binary if recipe.image else recipe.component,
+                             tiny_elf(payload=recipe.binary.encode()))
         (directory / "bin" / recipe.binary).write_bytes(data)
         (directory / "share" / recipe.tool).mkdir(parents=True, exist_ok=True)
-        tag = installs.upstream_image(config, recipe.component).tag
+        tag = factory.recipe_upstream(config, recipe).tag
         (directory / "share" / recipe.tool / "VERSION").write_text(f"{recipe.version_prefix}{tag}\n")
         for name in recipe.share:  # what build.sh copies out of the module: a LICENSE file, a licenses/ tree
             if "." in name or name.isupper():
@@ -134,11 +135,11 @@ def test_the_hand_made_elf_files_are_what_they_stand_for() -> None:
 
 def test_each_controller_image_is_laid_out_as_its_upstream_dockerfile(tmp_path: Path, debian: Path,
                                                                       config: PlatformConfig) -> None:
-    built = {b.component: b for b in factory.build_controller_images(config, _tools(tmp_path / "tools", config),
-                                                                     tmp_path / "cache", root=debian)}
-    assert sorted(built) == ["cnpg", "jobset", "kueue", "trainer"]
+    images = factory.build_controller_images(config, _tools(tmp_path / "tools", config), tmp_path / "cache", root=debian)
+    built = {b.component: b for b in images if not b.target.repository.endswith("brancz/kube-rbac-proxy")}
+    assert sorted(built) == ["cnpg", "jobset", "kserve", "kueue", "trainer"]
     users = {"kueue": "65532:65532", "jobset": "65532:65532", "trainer": "65532",  # Trainer's Dockerfile has no USER
-             "cnpg": "65532:65532"}
+             "cnpg": "65532:65532", "kserve": "65532"}  # nor KServe's (kserve@v0.20.0:Dockerfile)
     base_digests = set()
     for component, image in built.items():
         if component == "cnpg":
@@ -156,6 +157,23 @@ def test_each_controller_image_is_laid_out_as_its_upstream_dockerfile(tmp_path: 
         assert content == tiny_elf(payload=recipe.binary.encode())
         base_digests.add(digests[0])
     assert len(base_digests) == 1  # one base layer, shared by the three images
+
+
+def test_kserve_gets_its_controller_and_the_rbac_proxy_sidecar_its_chart_runs(tmp_path: Path, debian: Path,
+                                                                              config: PlatformConfig) -> None:
+    images = factory.build_controller_images(config, _tools(tmp_path / "tools", config), tmp_path / "cache",
+                                             components=["kserve"], root=debian)
+    by_name = {str(image.target): image for image in images}
+    # The names kserve-resources v0.20.0 renders under the mirror (values kserve.controller.image, rbacProxyImage).
+    assert sorted(by_name) == [f"{MIRROR}brancz/kube-rbac-proxy:v0.18.0", f"{MIRROR}kserve/kserve-controller:v0.20.0"]
+    proxy = by_name[f"{MIRROR}brancz/kube-rbac-proxy:v0.18.0"]
+    doc, (_, layer), _ = _image(proxy)
+    # kube-rbac-proxy@v0.18.0:Dockerfile: COPY to /usr/local/bin, EXPOSE 8080, USER 65532:65532, that ENTRYPOINT.
+    assert doc["config"]["Entrypoint"] == ["/usr/local/bin/kube-rbac-proxy"]
+    assert doc["config"]["User"] == "65532:65532" and doc["config"]["ExposedPorts"] == {"8080/tcp": {}}
+    assert sorted(layer) == ["usr", "usr/local", "usr/local/bin", "usr/local/bin/kube-rbac-proxy"]
+    assert layer["usr/local/bin/kube-rbac-proxy"][1] == tiny_elf(payload=b"kube-rbac-proxy")
+    assert str(proxy.upstream) == "quay.io/brancz/kube-rbac-proxy:v0.18.0"
 
 
 def test_the_cloudnative_pg_image_has_the_binary_under_operator_and_manager_linked_in_the_working_directory(
@@ -234,12 +252,12 @@ def test_a_second_build_is_taken_from_the_cache_and_a_damaged_entry_is_rebuilt(t
     tools, cache = _tools(tmp_path / "tools", config), tmp_path / "cache"
     cold = factory.build_controller_images(config, tools, cache, root=debian)
     warm = factory.build_controller_images(config, tools, cache, root=debian)
-    assert [b.cached for b in cold] == [False] * 4 and [b.cached for b in warm] == [True] * 4
+    assert [b.cached for b in cold] == [False] * 6 and [b.cached for b in warm] == [True] * 6
     assert [b.layout for b in warm] == [b.layout for b in cold] and [b.digest for b in warm] == [b.digest for b in cold]
     layer = json.loads(_blob(cold[0].layout, cold[0].digest))["layers"][1]["digest"]
     (cold[0].layout / "blobs" / "sha256" / layer.removeprefix("sha256:")).write_bytes(b"truncated")
     again = factory.build_controller_images(config, tools, cache, root=debian)
-    assert [b.cached for b in again] == [False, True, True, True] and again[0].digest == cold[0].digest
+    assert [b.cached for b in again] == [False, True, True, True, True, True] and again[0].digest == cold[0].digest
     assert not list(cache.glob(".tmp-*"))
 
 
@@ -350,3 +368,14 @@ def test_images_build_refuses_a_stack_without_a_mirror_and_a_registry_off_loopba
     assert "to a loopback registry only" in capsys.readouterr().err
     assert main(["images", "build", stack_file, "--lock"]) == 2
     assert "--lock needs --push" in capsys.readouterr().err
+
+
+def test_the_kserve_tools_build_the_versions_the_catalog_pins(config: PlatformConfig) -> None:
+    """tools/build.sh's KServe controller and kube-rbac-proxy are the catalog's controller image and its chart's
+    rbac-proxy image: the factory refuses a binary of another version, so the two must move together."""
+    script = (ROOT / "tools" / "build.sh").read_text()
+    for recipe in (r for r in factory.RECIPES if r.component == "kserve"):
+        prefix = recipe.tool.upper().replace("-", "_")
+        assert re.search(rf"^{prefix}_MODULE={re.escape(recipe.module)}$", script, re.M), recipe.tool
+        tag = factory.recipe_upstream(config, recipe).tag
+        assert re.search(rf"^{prefix}_VERSION={re.escape(str(tag))}$", script, re.M), (recipe.tool, tag)

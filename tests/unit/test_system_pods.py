@@ -76,6 +76,9 @@ def test_with_real_nodes_the_rehearsal_installs_the_charts_of_the_controllers_it
     kueue_image = releases["kueue"].values["controllerManager"]["manager"]["image"]["repository"]
     assert kueue_image == "trainyard.local/mirror/kueue/kueue"  # <mirror><upstream repository>
     assert releases["kueue"].values["controllerManager"]["nodeSelector"] == REAL_NODE_LABELS
+    # The rehearsal's mirror is approved like a site's (under its approved registry): KServe's pod mutator puts the
+    # storage initializer, from the mirror, into every predictor pod, which trainyard-pod-images checks.
+    assert config.runtimes.approved_registries == ("registry.trainyard.internal/", REHEARSAL_MIRROR)
 
 
 def test_without_real_nodes_every_chart_controller_stays_external() -> None:

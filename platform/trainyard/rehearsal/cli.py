@@ -120,6 +120,11 @@ def _status(settings: Settings) -> int:
             print(f"{name}: {f'running (pid {processes.pid(name)})' if processes.running(name) else 'stopped'}")
     if real_node_names(settings):
         print(f"{FORWARDER}: {f'running (pid {processes.pid(FORWARDER)})' if processes.running(FORWARDER) else 'stopped'}")
+    from trainyard.rehearsal.cert_standin import PROCESS as CERT_STANDIN
+
+    if processes.pid(CERT_STANDIN) is not None:
+        running = processes.running(CERT_STANDIN)
+        print(f"{CERT_STANDIN}: {f'running (pid {processes.pid(CERT_STANDIN)})' if running else 'stopped'}")
     if plane.api_ready():
         print(f"apiserver: ready at {plane.server}")
     else:

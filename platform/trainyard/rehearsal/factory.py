@@ -16,6 +16,13 @@ on a base of distroless ``static:nonroot``'s files (``rehearsal/base_layer.py``)
 - ``cloudnative-pg/cloudnative-pg``: binary ``cnpg-manager`` (``./cmd/manager``: the operator and the instance
   manager in one); cloudnative-pg@v1.30.0:Dockerfile: ``/operator/manager_amd64`` owned by nonroot, ``/manager`` a
   link to it, ``/licenses``, ``USER 65532:65532`` (the recipe below says why the link matters).
+- ``kserve/kserve-controller``: binary ``kserve-manager`` (github.com/kserve/kserve ``./cmd/manager``);
+  kserve@v0.20.0:Dockerfile:36-39: ``/manager``, ``ENTRYPOINT ["/manager"]``, no ``USER`` (the base's ``65532``). Its
+  ``COPY --from=license /third_party`` (``go-licenses save`` of every dependency's licence) is not made here: no
+  licence tool is built, and nothing reads that directory at run time (docs/tools.md).
+- ``brancz/kube-rbac-proxy``: the sidecar kserve-resources v0.20.0 runs beside the manager (its ``rbac-proxy`` image);
+  binary ``kube-rbac-proxy`` (``./cmd/kube-rbac-proxy``); kube-rbac-proxy@v0.18.0:Dockerfile:
+  ``/usr/local/bin/kube-rbac-proxy``, ``EXPOSE 8080``, ``USER 65532:65532``, that path as ``ENTRYPOINT``.
 
 The binaries are ``tools/build.sh``'s (CGO_ENABLED=0, -trimpath, the upstream Makefiles' -X version flags).
 Every chart runs ``command: [/manager]`` (kueue 0.19.2 templates/manager/manager.yaml:59, jobset 0.12.0
@@ -52,8 +59,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from trainyard import catalog
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests.installs import upstream_image
+from trainyard.manifests.installs import component_version, upstream_image
 from trainyard.project import Stack
 from trainyard.rehearsal import postgres_image, provisioner_image, seaweedfs_image
 from trainyard.rehearsal.base_layer import ENV, base_layer
@@ -68,7 +76,7 @@ from trainyard.rehearsal.image_cache import (
 from trainyard.rehearsal.images import MANIFEST, Entry, ImageError, Layer, is_static_elf
 from trainyard.supply.lock import DEFAULT_LOCK_FILE, LockFileError
 from trainyard.supply.lock_refresh import LockRefresh, refresh
-from trainyard.supply.reference import ImageRef
+from trainyard.supply.reference import ImageRef, mirrored
 from trainyard.supply.registry import FetchedManifest, RegistryClient, RegistryError, RegistryUnreachable
 
 ENTRYPOINT = "/manager"
@@ -89,6 +97,9 @@ class Recipe:
     links: tuple[tuple[str, str], ...] = ()  # (path, target) symbolic links the Dockerfile makes
     version_prefix: str = ""  # share/<tool>/VERSION is the module version: "v" + the image tag where they differ
     share: tuple[str, ...] = ()  # files and directories of share/<tool> the Dockerfile COPYs (same path in the image)
+    image: str = ""  # the catalog image role of the component's release (catalog.Release.images); "" = its controller
+    entrypoint: str = ENTRYPOINT
+    exposed_ports: tuple[str, ...] = ()  # the Dockerfile's EXPOSE lines, as the image config writes them ("8080/tcp")
 
 
 RECIPES = (
@@ -105,8 +116,14 @@ RECIPES = (
     Recipe("cnpg", "cnpg", "cnpg-manager", "github.com/cloudnative-pg/cloudnative-pg", "./cmd/manager", "65532:65532",
            path="operator/manager_amd64", owner=65532, links=(("manager", "operator/manager_amd64"),),
            version_prefix="v", share=("licenses", "LICENSE")),
+    # kserve@v0.20.0:Dockerfile: FROM distroless/static:nonroot, COPY manager /manager, ENTRYPOINT ["/manager"], no USER.
+    Recipe("kserve", "kserve", "kserve-manager", "github.com/kserve/kserve", "./cmd/manager", "65532"),
+    # kube-rbac-proxy@v0.18.0:Dockerfile: COPY to /usr/local/bin/kube-rbac-proxy, EXPOSE 8080, USER 65532:65532.
+    Recipe("kserve", "kube-rbac-proxy", "kube-rbac-proxy", "github.com/brancz/kube-rbac-proxy", "./cmd/kube-rbac-proxy",
+           "65532:65532", path="usr/local/bin/kube-rbac-proxy", image="rbac-proxy",
+           entrypoint="/usr/local/bin/kube-rbac-proxy", exposed_ports=("8080/tcp",)),
 )
-CONTROLLERS = tuple(recipe.component for recipe in RECIPES)
+CONTROLLERS = tuple(dict.fromkeys(recipe.component for recipe in RECIPES))
 SEAWEEDFS = "seaweedfs"
 CNPG = "cnpg"
 # The chart components whose images the factory builds: what the rehearsal with real nodes runs in its cluster.
@@ -116,6 +133,23 @@ COMPONENTS = (*CONTROLLERS, SEAWEEDFS)
 def targets(config: PlatformConfig, components: Iterable[str] = CONTROLLERS) -> dict[str, ImageRef]:
     """The name each component's image is pushed under (the controllers' by default)."""
     return _targets(config, components)
+
+
+def recipe_upstream(config: PlatformConfig, recipe: Recipe) -> ImageRef:
+    """The upstream image ``recipe`` stands for: its component's controller image, or the release's image of that role."""
+    if not recipe.image:
+        return upstream_image(config, recipe.component)
+    image = catalog.release(recipe.component, component_version(config, recipe.component)).image_for(recipe.image)
+    return ImageRef(image.registry, image.repository, image.tag)
+
+
+def recipe_target(config: PlatformConfig, recipe: Recipe) -> ImageRef:
+    """The name ``recipe``'s image is pushed under: the upstream name under the stack's mirror (``targets``)."""
+    if not recipe.image:
+        return targets(config, [recipe.component])[recipe.component]
+    if config.images.registry_mirror is None:
+        targets(config, [recipe.component])  # the same refusal as for a controller image
+    return mirrored(recipe_upstream(config, recipe), config.images.registry_mirror)
 
 
 def controller_binary(tools_dir: Path, recipe: Recipe, tag: str) -> bytes:
@@ -140,7 +174,8 @@ def controller_binary(tools_dir: Path, recipe: Recipe, tag: str) -> bytes:
 def image_config(recipe: Recipe, upstream: ImageRef) -> dict[str, object]:
     """The image's runtime config: the Dockerfile's ENTRYPOINT, USER and WORKDIR on the base's environment."""
     return {
-        "Entrypoint": [ENTRYPOINT], "Env": list(ENV), "User": recipe.user, "WorkingDir": "/",
+        "Entrypoint": [recipe.entrypoint], "Env": list(ENV), "User": recipe.user, "WorkingDir": "/",
+        **({"ExposedPorts": {port: {} for port in recipe.exposed_ports}} if recipe.exposed_ports else {}),
         "Labels": {"org.opencontainers.image.version": str(upstream.tag),
                    "dev.trainyard.built-from": f"{recipe.module}@{upstream.tag} {recipe.package}",
                    "dev.trainyard.upstream-image": str(upstream)},
@@ -212,15 +247,15 @@ def build_controller_images(config: PlatformConfig, tools_dir: Path, cache: Path
         raise ImageError(f"no controller image recipe for {', '.join(unknown)} (one of {', '.join(CONTROLLERS)})")
     if not wanted:
         return []
-    names = targets(config, wanted)
+    targets(config, wanted)  # a stack without a mirror is refused before anything is read
     base = base_layer(root)
     out = []
     for recipe in (r for r in RECIPES if r.component in wanted):
-        upstream = upstream_image(config, recipe.component)
+        upstream = recipe_upstream(config, recipe)
         tag = str(upstream.tag)
         layers = [base, binary_layer(recipe, controller_binary(tools_dir, recipe, tag), tag, tools_dir)]
         layout, digest, cached = cached_layout(cache or cache_root(), layers, image_config(recipe, upstream))
-        out.append(BuiltImage(recipe.component, names[recipe.component], upstream, layout, digest, cached))
+        out.append(BuiltImage(recipe.component, recipe_target(config, recipe), upstream, layout, digest, cached))
     return out
 
 

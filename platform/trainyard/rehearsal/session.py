@@ -14,7 +14,8 @@ With ``real_nodes=True`` (``trainyard cluster up --real-nodes``, root) a real no
 kube-proxy) joins the cluster beside the fake GPU nodes, the rehearsal fills its loopback registry the way an
 air-gapped site fills its mirror (``mirror.py``: the charts, the images the factory builds, the lock), and
 Kueue, JobSet and Trainer are no longer local processes: ``deploy`` installs their charts with the rest of the
-stack (``stack.InCluster``) and their pods run on the real node.
+stack (``stack.InCluster``) and their pods run on the real node. So is KServe's, whose webhook certificate the
+rehearsal's cert-manager stand-in issues (``cert_standin.py``: cert-manager stays external, it is not built here).
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ class Rehearsal:
         self.controllers.install_crds()
         self.wait_for_quota_controller()
         if self.in_cluster is not None:
+            self._cert_standin_up()
             self._real_node_up()
         self.kwok.up()
         self.controllers.up()
@@ -141,6 +143,23 @@ class Rehearsal:
         for volume in [*([store] if store is not None else []),
                        *volumes.database_volumes(self.config, self.settings.state_dir, REAL_NODE)]:
             print(f"    {volumes.provide(self.kube, volume)}", flush=True)
+
+    def _cert_standin_up(self) -> None:
+        """The stand-in for cert-manager, where the stack lists it as external and installs a chart that asks it for
+        certificates (KServe's): started with the cluster, before ``deploy`` applies any Certificate."""
+        from trainyard.rehearsal import cert_standin
+
+        if not cert_standin.wanted(self.config):
+            return
+        pki = self.control_plane.pki
+        # Its own identity (the API server's audit names it); system:masters like the rehearsal's other host processes.
+        pki.issue_client(cert_standin.CLIENT_CERT, cert_standin.USER, ("system:masters",))
+        processes = Processes(self.settings)
+        processes.start(cert_standin.PROCESS, cert_standin.command(sys.executable, self.control_plane.server,
+                                                                    self.settings.pki))
+        time.sleep(0.5)
+        if not processes.running(cert_standin.PROCESS):
+            raise ClusterError(f"the cert-manager stand-in exited:\n{processes.log_tail(cert_standin.PROCESS)}")
 
     def _claim_cluster(self) -> None:
         """One stack per rehearsal cluster: its queues, nodes and tenants would mix with another's."""
@@ -233,11 +252,12 @@ class Rehearsal:
 
     def installed_namespaces(self) -> list[str]:
         """The namespaces of the charts this rehearsal installs (none without real nodes): the controllers', the
-        object store's and CloudNativePG's."""
-        from trainyard.manifests import installs, mlflow, object_store
+        object store's, CloudNativePG's and KServe's."""
+        from trainyard.manifests import installs, mlflow, object_store, serving
 
         releases = [*installs.releases(self.config), *object_store.build(self.config).releases,
-                    *(mlflow.releases(self.config) if self.config.mlflow.enabled else [])]
+                    *(mlflow.releases(self.config) if self.config.mlflow.enabled else []),
+                    *([serving.chart_release(self.config)] if self.config.serving is not None else [])]
         return sorted({r.namespace for r in releases if not r.external})
 
     def object_store_namespace(self) -> str | None:
@@ -502,11 +522,12 @@ class Rehearsal:
 
 def stop_everything(settings: Settings) -> None:
     """Stop every process of the cluster by its pid file (the order matters only for the webhooks, removed before)."""
+    from trainyard.rehearsal.cert_standin import PROCESS as CERT_STANDIN
     from trainyard.rehearsal.node import stop_real_nodes
 
     # Real nodes first, while the API server still answers (their pods are deleted through it): nothing of
     # them may be left mounted under the state directory that --purge deletes next.
     stop_real_nodes(settings)
     processes = Processes(settings)
-    for name in ("kueue", "trainer", "jobset", "kwok", *reversed(CONTROL_PLANE)):
+    for name in ("kueue", "trainer", "jobset", "kwok", CERT_STANDIN, *reversed(CONTROL_PLANE)):
         processes.stop(name)

@@ -11,13 +11,18 @@
 - ``lifecycle.protect_data: false``: a rehearsal is disposable (CRDs and namespaces are still retained on delete);
 
 With real nodes (``InCluster``: the charts whose pods the rehearsal can run, from images built here: Kueue, JobSet,
-Trainer and the object store's SeaweedFS) it changes three more things, and those charts are installed by
-``pulumi up`` like on any cluster:
+Trainer, CloudNativePG, the object store's SeaweedFS and KServe, whose webhook certificate the rehearsal's
+cert-manager stand-in issues while cert-manager stays external: ``cert_standin.py``) it changes three more things,
+and those charts are installed by ``pulumi up`` like on any cluster:
 
 - ``rehearsal.external_controllers`` -> every chart controller *but* those;
 - ``images.registry_mirror`` -> ``trainyard.local/mirror/`` (containerd maps that host to the nodes' loopback
   registry: ``rehearsal/images.py``) and ``images.lock_file`` -> the rehearsal's own lock in the cluster's state
   directory, which the image factory fills with the digests it pushed (the repository's lock is not touched);
+  that mirror is added to ``runtimes.approved_registries``, as a site's mirror lies under its approved registry
+  (staging and prod: ``registry.trainyard.internal/mirror/`` under ``registry.trainyard.internal/``): KServe's pod
+  mutator puts the storage initializer, from the mirror, into every predictor pod of a tenant, and the stack's
+  ``trainyard-pod-images`` policy refuses a tenant pod with an image from anywhere else;
 - ``charts`` -> the same loopback registry as the OCI chart mirror (``rehearsal/mirror.py`` pushes the charts);
 - ``system_pods.node_selector`` -> the real nodes' label, so that no controller lands on a fake GPU node;
 
@@ -99,6 +104,10 @@ def rehearsal_platform(platform: Mapping[str, Any], overrides: Mapping[str, Any]
     if in_cluster is not None:
         out["images"] = {**(out.get("images") or {}), "registry_mirror": REHEARSAL_MIRROR,
                          "lock_file": str(in_cluster.lock_file)}
+        runtimes = out.get("runtimes") or {}
+        approved = list(runtimes.get("approved_registries") or [])
+        out["runtimes"] = {**runtimes, "approved_registries": [*approved, *([REHEARSAL_MIRROR]
+                                                                           if REHEARSAL_MIRROR not in approved else [])]}
         out["charts"] = {"mirror": f"oci://{in_cluster.registry}/charts", "plain_http": True}
         out["system_pods"] = {**(out.get("system_pods") or {}), "node_selector": dict(REAL_NODE_LABELS)}
     out["gpu_pools"] = [{**pool, "fake": True} for pool in out.get("gpu_pools") or []]

@@ -356,9 +356,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                     "weed; the provisioner on the factory's Python base (pinned Debian packages and wheels); cached "
                     "by content; optionally pushed to a loopback registry and locked.")
     build.add_argument("stack", metavar="STACK", help=STACK_HELP + " (with images.registry_mirror)")
-    build.add_argument("--component", action="append", choices=("kueue", "jobset", "trainer", "seaweedfs"),
+    build.add_argument("--component", action="append",
+                       choices=("kueue", "jobset", "trainer", "cnpg", "seaweedfs", "kserve"),
                        help="only this component's images (repeatable; seaweedfs: the server and the provisioner; "
-                            "default all)")
+                            "kserve: the controller and its chart's kube-rbac-proxy sidecar; default all)")
     build.add_argument("--cache", metavar="DIR", help="layout cache (default $TRAINYARD_IMAGE_CACHE or "
                                                       "$XDG_CACHE_HOME/trainyard/images)")
     build.add_argument("--push", metavar="HOST:PORT", help="push to this plain-http loopback registry under the mirror names")
