@@ -42,17 +42,32 @@ MIRROR_HOST = "trainyard.local"
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     missing = [str(p) for p in (CRANE, *(TOOLS_DIR / "bin" / r.binary for r in factory.RECIPES)) if not p.is_file()]
     if missing:
-        pytest.skip(f"not built: {', '.join(missing)}: run `make tools` (tools/build.sh crane kueue jobset trainer)")
+        pytest.skip(f"not built: {', '.join(missing)}: run "
+                    "`tools/build.sh crane kueue jobset trainer cnpg kserve kube-rbac-proxy`")
     with serve_registry(tmp_path_factory.mktemp("registry") / "registry.log") as running:
         yield running
 
 
-def _rehearsal_stack(directory: Path, registry: Registry, lock: Path) -> Path:
+def _rehearsal_stack(directory: Path, registry: Registry, lock: Path,
+                     in_cluster: tuple[str, ...] = factory.COMPONENTS) -> Path:
     """The local stack with the rehearsal's in-cluster overlay: images under trainyard.local/mirror/, lock ``lock``."""
     target = directory / "Pulumi.rehearsal.yaml"
     write_rehearsal_stack(ROOT / "stacks" / "Pulumi.local.yaml", target,
-                          in_cluster=InCluster(factory.COMPONENTS, lock, registry.address))
+                          in_cluster=InCluster(in_cluster, lock, registry.address))
     return target
+
+
+# The controllers whose charts the local stack installs with real nodes (no MLflow: no CloudNativePG operator, whose image
+# the stack then does not render and the lock cannot ask for).
+INSTALLED = ("kueue", "jobset", "trainer", "kserve")
+# Those whose every image under the mirror the factory builds: `images lock --only-registry` resolves every image the
+# stack renders under that host, and KServe's chart also names the storage initializer, agent and router (not built yet),
+# SeaweedFS's the server's (built by its own recipe, seaweedfs_image.py).
+FULLY_BUILT = ("kueue", "jobset", "trainer")
+
+
+def _recipe(image: factory.BuiltImage) -> factory.Recipe:
+    return next(r for r in factory.RECIPES if factory.recipe_upstream(open_stack("local").config, r) == image.upstream)
 
 
 def _show(capsys: pytest.CaptureFixture[str], text: str) -> None:
@@ -65,18 +80,18 @@ def test_the_controller_images_are_built_pushed_under_the_mirror_names_and_locke
         registry: Registry, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lock_file = tmp_path / "images.lock.yaml"
     shutil.copy(ROOT / "images.lock.yaml", lock_file)  # a copy: the repository's lock is never written
-    stack_file = _rehearsal_stack(tmp_path, registry, lock_file)
+    stack_file = _rehearsal_stack(tmp_path, registry, lock_file, FULLY_BUILT)
     config = open_stack(str(stack_file)).config
 
     started = time.monotonic()
-    built = factory.build_controller_images(config, TOOLS_DIR, tmp_path / "cache-one")
-    _show(capsys, f"cold build (3 images): {time.monotonic() - started:.2f}s")
+    built = factory.build_controller_images(config, TOOLS_DIR, tmp_path / "cache-one", FULLY_BUILT)
+    _show(capsys, f"cold build ({len(built)} images): {time.monotonic() - started:.2f}s")
     started = time.monotonic()
-    again = factory.build_controller_images(config, TOOLS_DIR, tmp_path / "cache-two")
+    again = factory.build_controller_images(config, TOOLS_DIR, tmp_path / "cache-two", FULLY_BUILT)
     _show(capsys, f"cold build in a second directory: {time.monotonic() - started:.2f}s")
     assert [b.digest for b in again] == [b.digest for b in built]  # reproducible
     started = time.monotonic()
-    warm = factory.build_controller_images(config, TOOLS_DIR, tmp_path / "cache-one")
+    warm = factory.build_controller_images(config, TOOLS_DIR, tmp_path / "cache-one", FULLY_BUILT)
     _show(capsys, f"warm build (from the cache): {time.monotonic() - started:.2f}s")
     assert all(b.cached for b in warm) and [b.digest for b in warm] == [b.digest for b in built]
     started = time.monotonic()
@@ -90,14 +105,14 @@ def test_the_controller_images_are_built_pushed_under_the_mirror_names_and_locke
         pulled = f"{registry.address}/{image.target.repository}:{image.target.tag}"
         assert registry.crane("digest", "--insecure", pulled) == image.digest
         runtime = json.loads(registry.crane("config", "--insecure", pulled))["config"]
-        assert runtime["Entrypoint"] == ["/manager"] and runtime["User"].startswith("65532")
-        recipe = next(r for r in factory.RECIPES if r.component == image.component)
+        recipe = _recipe(image)
+        assert runtime["Entrypoint"] == [recipe.entrypoint] and runtime["User"].startswith("65532")
         binary = (TOOLS_DIR / "bin" / recipe.binary).read_bytes()
         exported = subprocess.run([str(CRANE), "export", "--insecure", pulled, "-"], capture_output=True, check=True,
                                   timeout=120).stdout
         with tarfile.open(fileobj=io.BytesIO(exported)) as flat:
             names = set(flat.getnames())
-            manager = flat.extractfile("manager")
+            manager = flat.extractfile(recipe.path)
             assert manager is not None
             assert hashlib.sha256(manager.read()).digest() == hashlib.sha256(binary).digest()
         assert {"etc/passwd", "etc/ssl/certs/ca-certificates.crt", "tmp", "home/nonroot"} <= names
@@ -108,7 +123,7 @@ def test_the_controller_images_are_built_pushed_under_the_mirror_names_and_locke
                  "--insecure"]) == 0
     out = capsys.readouterr().out
     _show(capsys, out)
-    assert "3 images of rehearsal locked from the registry (3 changed)" in out
+    assert f"{len(built)} images of rehearsal locked from the registry ({len(built)} changed)" in out
     lock = load_lock(lock_file)
     for image in built:
         entry = lock.entries[image.target.tagged]
@@ -127,7 +142,7 @@ def test_the_controller_images_are_built_pushed_under_the_mirror_names_and_locke
 def test_the_factory_fills_a_new_rehearsal_lock_from_the_registry(registry: Registry, tmp_path: Path) -> None:
     lock_file = tmp_path / "state" / "images.lock.yaml"  # not there yet: it starts as a copy of the project's lock
     stack = open_stack(str(_rehearsal_stack(tmp_path, registry, lock_file)))
-    built = factory.build_controller_images(stack.config, TOOLS_DIR, tmp_path / "cache")
+    built = factory.build_controller_images(stack.config, TOOLS_DIR, tmp_path / "cache", INSTALLED)
     factory.push_images(built, registry.address)
     result = factory.lock_pushed(stack, built, registry.address)
     assert sorted(str(r) for r in result.asked) == sorted(str(b.target) for b in built)
