@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,9 +12,12 @@ from typing import Any
 import pytest
 
 from tests.cluster.conftest import private_env, tools_problem
+from tests.conftest import ROOT
 from tests.node.test_real_node import free_pod_network
+from trainyard.project import open_stack
 from trainyard.rehearsal.cluster import ControlPlane, Settings
 from trainyard.rehearsal.node import RealNode
+from trainyard.rehearsal.session import REAL_NODE, Rehearsal
 
 
 @dataclass(frozen=True)
@@ -51,3 +55,38 @@ def one_real_node(tmp_path_factory: pytest.TempPathFactory, directory: str, tool
         timings["node down (fixture)"] = time.monotonic() - start
         plane.down()
         print("\n".join(f"    {k}: {v:.1f}s" for k, v in timings.items()))
+
+
+@contextmanager
+def deployed_platform(tmp_path_factory: pytest.TempPathFactory, directory: str, tools: tuple[str, ...],
+                      timings: dict[str, float], ready_step: str, *overrides: str) -> Iterator[Rehearsal]:
+    """The local stack on a private control plane with node-0 (``make up``'s path: ``Rehearsal(real_nodes=True)``):
+    up, ``pulumi up``, the platform Ready, each step timed into ``timings``; ``overrides`` as ``Rehearsal`` takes them.
+    Skips (saying why) where ``tools`` are missing; afterwards down, purged, and nothing of the node left."""
+    problem = tools_problem(*tools)
+    if problem is not None:
+        pytest.skip(problem)
+    base = tmp_path_factory.mktemp(directory)
+    env = {**private_env(base / "cluster"), "TRAINYARD_POD_NETWORK": free_pod_network(),
+           "TRAINYARD_STATE_DIR": str(base / "state"), "TRAINYARD_RUN_DIR": str(base / "run"),
+           "TRAINYARD_PULUMI_HOME": str(base / "pulumi-home")}
+    os.environ["TRAINYARD_POD_NETWORK"] = env["TRAINYARD_POD_NETWORK"]  # RealNode reads it from the process
+    session = Rehearsal(open_stack("local", ROOT), Settings.from_env(env), *overrides, env=env, real_nodes=True)
+    try:
+        start = time.monotonic()
+        session.up()
+        timings["cluster up (control plane, real node, mirror filled)"] = time.monotonic() - start
+        run = session.deploy()
+        assert run.returncode == 0, run.output[-6000:]
+        timings["first pulumi up"] = run.seconds
+        start = time.monotonic()
+        print(session.wait_platform_ready())
+        timings[ready_step] = time.monotonic() - start
+        yield session
+    finally:
+        start = time.monotonic()
+        session.down(purge=True)
+        print(f"down in {time.monotonic() - start:.1f}s")
+        os.environ.pop("TRAINYARD_POD_NETWORK", None)
+        left = RealNode(session.settings, REAL_NODE, 0, proxy=True).leftovers()
+        assert left == [], left

@@ -43,18 +43,15 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import private_env, tools_problem
-from tests.conftest import ROOT
-from tests.node.test_real_node import free_pod_network
-from trainyard.project import open_stack
+from tests.node.one_node import deployed_platform
 from trainyard.rehearsal.kube import Kube, wait_until
 from trainyard.rehearsal.node import RealNode
 from trainyard.rehearsal.scenario import Job
 from trainyard.rehearsal.session import REAL_NODE, Rehearsal
-from trainyard.rehearsal.settings import Settings
 from trainyard.supply.lock import load_lock
 
 pytestmark = pytest.mark.node
+TOOLS = ("cluster", "kubelet", "coredns", "kube-router", "kserve", "kube-rbac-proxy")
 TIMINGS: dict[str, float] = {}
 
 
@@ -62,33 +59,9 @@ TIMINGS: dict[str, float] = {}
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
     if os.geteuid() != 0:
         pytest.skip("a real node needs root (containerd, kubelet, network namespaces)")
-    problem = tools_problem("cluster", "kubelet", "coredns", "kube-router", "kserve", "kube-rbac-proxy")
-    if problem is not None:
-        pytest.skip(problem)
-    base = tmp_path_factory.mktemp("live")
-    env = {**private_env(base / "cluster"), "TRAINYARD_POD_NETWORK": free_pod_network(),
-           "TRAINYARD_STATE_DIR": str(base / "state"), "TRAINYARD_RUN_DIR": str(base / "run"),
-           "TRAINYARD_PULUMI_HOME": str(base / "pulumi-home")}
-    os.environ["TRAINYARD_POD_NETWORK"] = env["TRAINYARD_POD_NETWORK"]  # RealNode reads it from the process
-    session = Rehearsal(open_stack("local", ROOT), Settings.from_env(env), env=env, real_nodes=True)
-    try:
-        start = time.monotonic()
-        session.up()
-        TIMINGS["cluster up (control plane, real node, mirror filled)"] = time.monotonic() - start
-        run = session.deploy()
-        assert run.returncode == 0, run.output[-6000:]
-        TIMINGS["first pulumi up"] = run.seconds
-        start = time.monotonic()
-        print(session.wait_platform_ready())
-        TIMINGS["then every controller Ready"] = time.monotonic() - start
+    with deployed_platform(tmp_path_factory, "live", TOOLS, TIMINGS,
+                           "then every controller Ready") as session:
         yield session
-    finally:
-        start = time.monotonic()
-        session.down(purge=True)
-        print(f"down in {time.monotonic() - start:.1f}s")
-        os.environ.pop("TRAINYARD_POD_NETWORK", None)
-        left = RealNode(session.settings, REAL_NODE, 0, proxy=True).leftovers()
-        assert left == [], left
 
 
 def _pods(session: Rehearsal, namespace: str) -> list[dict]:  # type: ignore[type-arg]

@@ -30,16 +30,12 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import private_env, tools_problem
-from tests.conftest import ROOT
-from tests.node.test_real_node import free_pod_network
-from trainyard.project import open_stack
-from trainyard.rehearsal.node import RealNode
+from tests.node.one_node import deployed_platform
 from trainyard.rehearsal.session import REAL_NODE, Rehearsal
-from trainyard.rehearsal.settings import Settings
 from trainyard.supply.lock import load_lock
 
 pytestmark = pytest.mark.node
+TOOLS = ("cluster", "kubelet", "coredns", "kube-router", "cnpg", "kserve", "kube-rbac-proxy")
 TIMINGS: dict[str, float] = {}
 NAMESPACE, CLUSTER = "mlflow", "mlflow-db"
 # The local stack's MLflow database, as tests/cluster/test_destroy_keeps_data.py declares it (backups off), at the
@@ -57,33 +53,9 @@ MLFLOW_DATABASE: dict[str, Any] = {
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
     if os.geteuid() != 0:
         pytest.skip("a real node needs root (containerd, kubelet, network namespaces)")
-    problem = tools_problem("cluster", "kubelet", "coredns", "kube-router", "cnpg", "kserve", "kube-rbac-proxy")
-    if problem is not None:
-        pytest.skip(problem)
-    base = tmp_path_factory.mktemp("postgres")
-    env = {**private_env(base / "cluster"), "TRAINYARD_POD_NETWORK": free_pod_network(),
-           "TRAINYARD_STATE_DIR": str(base / "state"), "TRAINYARD_RUN_DIR": str(base / "run"),
-           "TRAINYARD_PULUMI_HOME": str(base / "pulumi-home")}
-    os.environ["TRAINYARD_POD_NETWORK"] = env["TRAINYARD_POD_NETWORK"]  # RealNode reads it from the process
-    session = Rehearsal(open_stack("local", ROOT), Settings.from_env(env), MLFLOW_DATABASE, env=env, real_nodes=True)
-    try:
-        start = time.monotonic()
-        session.up()
-        TIMINGS["cluster up (control plane, real node, mirror filled)"] = time.monotonic() - start
-        run = session.deploy()
-        assert run.returncode == 0, run.output[-6000:]
-        TIMINGS["first pulumi up"] = run.seconds
-        start = time.monotonic()
-        print(session.wait_platform_ready())
-        TIMINGS["then every controller Ready and the Cluster Ready"] = time.monotonic() - start
+    with deployed_platform(tmp_path_factory, "postgres", TOOLS, TIMINGS,
+                           "then every controller Ready and the Cluster Ready", MLFLOW_DATABASE) as session:
         yield session
-    finally:
-        start = time.monotonic()
-        session.down(purge=True)
-        print(f"down in {time.monotonic() - start:.1f}s")
-        os.environ.pop("TRAINYARD_POD_NETWORK", None)
-        left = RealNode(session.settings, REAL_NODE, 0, proxy=True).leftovers()
-        assert left == [], left
 
 
 def _locked(live: Rehearsal, image: str, status: dict[str, Any]) -> str:
