@@ -164,7 +164,7 @@ class MultiKueueRehearsal:
         return checks[0] if checks else {}
 
     def dispatch(self, job: Job, worker: str, timeout: float = 180) -> Dispatch:
-        """Submit ``job`` to the manager and watch it until the manager's TrainJob is Complete (or ``timeout``)."""
+        """Submit ``job`` to the manager; watch until its TrainJob has ended and its Workload is Finished (or ``timeout``)."""
         manager, remote = self.manager, self.workers[worker]
         namespace = manager.namespace_of(job.tenant)
         result = Dispatch(job.name, namespace)
@@ -181,7 +181,11 @@ class MultiKueueRehearsal:
             with contextlib.suppress(KubeError):  # a transient API error on a loaded machine: look again
                 self._observe_manager(result, note)
                 self._observe_worker(result, remote, note)
-            if _true(result.manager_trainjob, "Complete") or _true(result.manager_trainjob, "Failed"):
+            # Done once the manager's TrainJob carries the worker's verdict *and* the manager's Kueue has
+            # marked its Workload Finished: the two are written by different controllers, so one can be
+            # seen a poll before the other (CI saw Complete without Finished once).
+            ended = _true(result.manager_trainjob, "Complete") or _true(result.manager_trainjob, "Failed")
+            if ended and _true(result.manager_workload, "Finished"):
                 break
             time.sleep(0.2)
         return result
