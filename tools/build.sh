@@ -40,7 +40,7 @@ ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueu
 # Cold build cost, most first (CPU-seconds on a 2-core machine, docs/tools.md "Cold and warm"): the
 # order -j N starts them in. pulumi-kubernetes compiles one huge package on one core for ~15 min, so
 # with -j 2 the rest build beside it.
-BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kserve kubelet pulumi kueue cnpg trainer kwok promtool kube-router coredns kube-rbac-proxy jobset helm etcd kind crane)
+BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kserve kubelet pulumi kueue cnpg prometheus-operator trainer kwok promtool prometheus kube-router coredns kube-rbac-proxy jobset helm etcd kind crane)
 # What `trainyard cluster up`, `make up` and the cluster tier need (the control plane, the engine and its
 # provider, the controllers, kwok; crane for the destroy test's registry). CI builds these first, beside
 # `make test`, and the rest (seaweedfs, promtool, kind) beside the cluster tier (.ci/run).
@@ -49,12 +49,14 @@ CLUSTER_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes kueue jobset trainer
 # and kube-proxy, kube-router (its network policy controller only: NetworkPolicy enforcement), CoreDNS (the
 # cluster DNS its pods query), crane for the loopback registry its images are pulled from, and CloudNativePG's
 # operator (the node tier runs the MLflow database: tests/node/test_postgres_on_real_node.py), KServe's controller
-# and the kube-rbac-proxy sidecar its chart runs beside it (tests/node/test_kserve_on_real_node.py). containerd, runc,
+# and the kube-rbac-proxy sidecar its chart runs beside it (tests/node/test_kserve_on_real_node.py), and the
+# rehearsal's monitoring: prometheus-operator (the operator and its config reloader) and the Prometheus server it runs
+# (tests/node/test_monitoring_on_real_node.py; a site brings its own). containerd, runc,
 # the CNI plugins, iptables and ipset come from Debian (the node's prerequisites check names them).
-NODE_TOOLS=(etcd kube-apiserver kubelet kube-router coredns crane cnpg kserve kube-rbac-proxy)
+NODE_TOOLS=(etcd kube-apiserver kubelet kube-router coredns crane cnpg kserve kube-rbac-proxy prometheus-operator prometheus)
 # Tools outside `all` (so `make tools` and CI's `tools/build.sh all` do not build them yet; docs/tools.md has
 # their cold and warm figures): built by name or by their group (.ci/run names them beside `all`).
-OPTIONAL_TOOLS=(kubelet kube-router coredns cnpg kserve kube-rbac-proxy)
+OPTIONAL_TOOLS=(kubelet kube-router coredns cnpg kserve kube-rbac-proxy prometheus-operator prometheus)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
@@ -78,6 +80,23 @@ MINIO_MODULE=github.com/minio/minio
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 MINIO_MODSUM="h1:/qdoYujxF5MBLDMVLeiYJ/7fBa1HikX39Dvzb9Ji8pA="
 PROMTOOL_VERSION=3.16.0     # VERSION file of github.com/prometheus/prometheus v0.316.0
+# The Prometheus server of the same module version (wrapper tools/prometheus: the same requirements as promtool's
+# plus the server's own, so the two share Go's build cache). Only the rehearsal runs it (a site brings its own
+# Prometheus); prometheus-operator v0.93.0 defaults to v3.13.1, for which this 3.16.0 stands in (docs/tools.md).
+PROMETHEUS_VERSION=$PROMTOOL_VERSION
+PROMETHEUS_MODULE_VERSION=v0.316.0
+# prometheus-operator (the operator and the config reloader it runs beside every Prometheus), built inside its own
+# module like cnpg (module sum checked). Keep equal to trainyard.catalog's prometheus_operator release (a test checks
+# it). The commit is the tag's (the proxy's Origin.Hash).
+PROMETHEUS_OPERATOR_MODULE=github.com/prometheus-operator/prometheus-operator
+PROMETHEUS_OPERATOR_VERSION=v0.93.0
+PROMETHEUS_OPERATOR_MODSUM="h1:AohlYJT+En8TmNpAcEUJ3GsaJTAqfEBwHmGTVpRm/Io="
+PROMETHEUS_OPERATOR_COMMIT=f8fafd475f3d132e239432ae6172de60a6cb6516
+# Its go.mod replaces these two nested modules (tagged pkg/apis/monitoring/v0.93.0 and pkg/client/v0.93.0 on the same
+# commit) with their directories, which a module zip leaves out: prepare_prometheus_operator puts them back from their
+# own zips (sums checked here too).
+PROMETHEUS_OPERATOR_APIS_MODSUM="h1:ZIouJCjC8R/XHxzGpOw+/czH9pVzg6wteYhLjJ80XGQ="
+PROMETHEUS_OPERATOR_CLIENT_MODSUM="h1:PhWdtSu3FcxnFdKs5dDZcP46KMECEakbU84pYyaCfr4="
 # The rehearsal's controllers: keep equal to trainyard.catalog (REHEARSAL_PROVEN; a test checks it).
 KUEUE_VERSION=v0.19.2
 JOBSET_VERSION=v0.12.0
@@ -129,6 +148,7 @@ tool_module() {
     cnpg) echo "$CNPG_MODULE@$CNPG_VERSION" ;;
     kserve) echo "$KSERVE_MODULE@$KSERVE_VERSION" ;;
     kube-rbac-proxy) echo "$KUBE_RBAC_PROXY_MODULE@$KUBE_RBAC_PROXY_VERSION" ;;
+    prometheus-operator) echo "$PROMETHEUS_OPERATOR_MODULE@$PROMETHEUS_OPERATOR_VERSION" ;;
   esac
 }
 
@@ -141,6 +161,8 @@ tool_share() {
     kwok) echo "kustomize/stage" ;;
     barman-cloud-crd) echo "$(dirname "$BARMAN_CLOUD_CRD")" ;;
     cnpg) echo "licenses LICENSE" ;;   # what the operator image COPYs besides the binary (its Dockerfile)
+    # The rehearsal's install reads upstream's bundle (CRDs, RBAC, the operator's Deployment); the licence files.
+    prometheus-operator) echo "bundle.yaml LICENSE NOTICE" ;;
   esac
 }
 
@@ -190,6 +212,12 @@ tool_bins() {
     # Upstream's root Dockerfile: ARG CMD=manager, `go build ... -o manager ./cmd/${CMD}`.
     kserve) echo "kserve-manager ./cmd/manager" ;;
     kube-rbac-proxy) echo "kube-rbac-proxy ./cmd/kube-rbac-proxy" ;;
+    # Its Makefile's `operator` and `prometheus-config-reloader` targets (./cmd/operator/, ./cmd/$@/).
+    prometheus-operator)
+      echo "prometheus-operator ./cmd/operator"
+      echo "prometheus-config-reloader ./cmd/prometheus-config-reloader"
+      ;;
+    prometheus) echo "prometheus github.com/prometheus/prometheus/cmd/prometheus" ;;
     barman-cloud-crd) ;;   # no binary: only the CRD, copied to share/ (post_build)
     *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]} ${OPTIONAL_TOOLS[*]})" >&2; return 2 ;;
   esac
@@ -209,6 +237,15 @@ tool_ldflags() {
     kserve) echo ""; return 0 ;;
     # kube-rbac-proxy's Makefile (v0.18.0): VERSION_SEMVER from its VERSION file (the commit suffix is git's, absent
     # from the module zip), programName; no -s -w there either. gitCommit is the tag's (the proxy's Origin.Hash).
+    # prometheus-operator's Makefile GO_BUILD_LDFLAGS (v0.93.0): `-s` (not -w) and prometheus/common's version
+    # variables: Version from its VERSION file (the operator's default config-reloader image is
+    # quay.io/prometheus-operator/prometheus-config-reloader:v<Version>: pkg/operator/defaults.go), Revision the tag's
+    # commit, BuildDate the epoch in its `date +%Y%m%d-%T` format; BuildUser and Branch (the builder's $USER and git
+    # branch: none on a detached tag) left empty.
+    prometheus-operator)
+      local c=github.com/prometheus/common/version
+      echo "-s -X $c.Version=${PROMETHEUS_OPERATOR_VERSION#v} -X $c.Revision=$PROMETHEUS_OPERATOR_COMMIT -X $c.BuildDate=19700101-00:00:00"
+      return 0 ;;
     kube-rbac-proxy)
       echo "-X k8s.io/component-base/version.gitVersion=$KUBE_RBAC_PROXY_VERSION -X k8s.io/component-base/version.gitCommit=$KUBE_RBAC_PROXY_COMMIT -X k8s.io/component-base/version/verflag.programName=kube-rbac-proxy"
       return 0 ;;
@@ -255,6 +292,11 @@ tool_ldflags() {
       x+=" -X $MINIO_MODULE/cmd.ShortCommitID=$c"
       ;;
     promtool) x=" -X github.com/prometheus/common/version.Version=$PROMTOOL_VERSION" ;;
+    # .promu.yml's -X variables but the build user and host (a fact of the building machine) and the revision (the
+    # proxy gives no Origin for this module); the epoch for the date, in promu's format.
+    prometheus)
+      x=" -X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION -X github.com/prometheus/common/version.Branch=HEAD"
+      x+=" -X github.com/prometheus/common/version.BuildDate=19700101-00:00:00" ;;
     # The variables upstream's .goreleaser.yml sets (pkg/versions); the epoch for the date keeps the build reproducible.
     cnpg)
       x=" -X $CNPG_MODULE/pkg/versions.buildVersion=${CNPG_VERSION#v} -X $CNPG_MODULE/pkg/versions.buildCommit=$CNPG_COMMIT"
@@ -272,6 +314,12 @@ tool_buildflags() {
     # Rule checks and rule tests need no service discovery: drop the optional SD plugins
     # (cloud SDKs). Ref: prometheus README "Building with selected service discovery".
     promtool) echo "-trimpath -mod=readonly -buildvcs=false -tags remove_all_sd" ;;
+    # The server needs one discovery plugin, Kubernetes (every ServiceMonitor and PodMonitor becomes a
+    # kubernetes_sd_config): plugins/plugin_kubernetes.go is `!remove_all_sd || enable_kubernetes_sd`. Not
+    # .promu.yml's `netgo builtinassets`: with CGO_ENABLED=0 the resolver is Go's anyway, and netgo would change
+    # package net and so every package above it (no sharing with promtool's build cache); builtinassets embeds the
+    # web UI, which is not built here (web/ui/static comes from an npm build): the API and /-/ endpoints are served.
+    prometheus) echo "-trimpath -mod=readonly -buildvcs=false -tags remove_all_sd,enable_kubernetes_sd" ;;
     minio) echo "-trimpath -mod=readonly -buildvcs=false -tags kqueue" ;;   # the upstream Makefile's tag
     # The upstream Makefile's GOTAGS (v1.15.0): core/dnsserver links gRPC (its grpc:// servers); this tag
     # leaves gRPC's golang.org/x/net/trace hooks out.
@@ -309,6 +357,7 @@ tool_stamp() {
     [[ "$t" != cnpg ]] || echo "sum=$CNPG_MODSUM"
     [[ "$t" != kserve ]] || echo "sum=$KSERVE_MODSUM"
     [[ "$t" != kube-rbac-proxy ]] || echo "sum=$KUBE_RBAC_PROXY_MODSUM"
+    [[ "$t" != prometheus-operator ]] || echo "sum=$PROMETHEUS_OPERATOR_MODSUM $PROMETHEUS_OPERATOR_APIS_MODSUM $PROMETHEUS_OPERATOR_CLIENT_MODSUM"
     [[ "$t" != barman-cloud-crd ]] || echo "sum=$BARMAN_CLOUD_MODSUM crd=$BARMAN_CLOUD_CRD blob=$BARMAN_CLOUD_CRD_BLOB"
     if [[ -n "$m" ]]; then echo "module=$m share=$(tool_share "$t")"; fi
     if [[ "$t" == kind ]]; then sha256sum "$TOOLS_SRC/kind-config-check/main.go" | cut -d' ' -f1; fi
@@ -328,6 +377,7 @@ tool_current() {
   for b in $(tool_extra_files "$t"); do [[ -x "$BIN_DIR/$b" ]] || return 1; done
   [[ -z "$(tool_module "$t")" || -f "$SHARE_DIR/$t/VERSION" ]] || return 1
   [[ "$t" != kubelet || -s "$SHARE_DIR/$t/pause/pause.c" ]] || return 1
+  [[ "$t" != prometheus || -s "$SHARE_DIR/$t/prometheus.yml" ]] || return 1
   [[ "$t" != barman-cloud-crd || "$(git_blob_sha "$SHARE_DIR/$t/$BARMAN_CLOUD_CRD")" == "$BARMAN_CLOUD_CRD_BLOB" ]] || return 1
   return 0
 }
@@ -346,6 +396,7 @@ prepare() {
     cnpg) prepare_module_zip "$CNPG_MODULE" "$CNPG_VERSION" "$CNPG_MODSUM" ;;
     kserve) prepare_module_zip "$KSERVE_MODULE" "$KSERVE_VERSION" "$KSERVE_MODSUM" ;;
     kube-rbac-proxy) prepare_module_zip "$KUBE_RBAC_PROXY_MODULE" "$KUBE_RBAC_PROXY_VERSION" "$KUBE_RBAC_PROXY_MODSUM" ;;
+    prometheus-operator) prepare_prometheus_operator ;;
     *) echo "$dir" ;;
   esac
 }
@@ -380,6 +431,22 @@ prepare_module_zip() {
     log "build.sh: $module@$version has sum '$sum', pinned '$want_sum'"; return 1
   fi
   echo "$dir"
+}
+
+# A copy of the prometheus-operator module (the module cache is read-only) with its two nested modules where its go.mod's
+# replace directives look for them: upstream's tree at the tag, each part verified by the checksum database and its pin.
+prepare_prometheus_operator() {
+  local src dst="$WORK_DIR/prometheus-operator" sub nested path sum
+  src="$(prepare_module_zip "$PROMETHEUS_OPERATOR_MODULE" "$PROMETHEUS_OPERATOR_VERSION" "$PROMETHEUS_OPERATOR_MODSUM")"
+  rm -rf "$dst"; mkdir -p "$dst"
+  (cd "$src" && tar -cf - .) | (cd "$dst" && tar -xf -)
+  for sub in "pkg/apis/monitoring $PROMETHEUS_OPERATOR_APIS_MODSUM" "pkg/client $PROMETHEUS_OPERATOR_CLIENT_MODSUM"; do
+    read -r path sum <<<"$sub"
+    nested="$(prepare_module_zip "$PROMETHEUS_OPERATOR_MODULE/$path" "$PROMETHEUS_OPERATOR_VERSION" "$sum")"
+    mkdir -p "$dst/$path"; (cd "$nested" && tar -cf - .) | (cd "$dst/$path" && tar -xf -)
+  done
+  chmod -R u+w "$dst"
+  echo "$dst"
 }
 
 # A copy of the kind module (the module cache is read-only) with tools/kind-config-check added as
@@ -426,6 +493,16 @@ post_build() {
       install -m 0644 "$k8s/build/pause/linux/pause.c" "$SHARE_DIR/$t/pause/pause.c"
       sed -n 's/^TAG ?= //p' "$k8s/build/pause/Makefile" > "$SHARE_DIR/$t/pause/TAG"
       echo "k8s.io/kubernetes@$K8S_VERSION" > "$SHARE_DIR/$t/VERSION"
+      ;;
+    prometheus)
+      # What upstream's Dockerfile COPYs besides the binaries (documentation/examples/prometheus.yml as
+      # /etc/prometheus/prometheus.yml, LICENSE, NOTICE), from the module go.sum verified, for the rehearsal's image.
+      local prom; prom="$(cd "$dir" && "$GO" list -mod=readonly -m -f '{{.Dir}}' github.com/prometheus/prometheus)"
+      rm -rf "${SHARE_DIR:?}/$t"; mkdir -p "$SHARE_DIR/$t"
+      install -m 0644 "$prom/documentation/examples/prometheus.yml" "$SHARE_DIR/$t/prometheus.yml"
+      install -m 0644 "$prom/LICENSE" "$SHARE_DIR/$t/LICENSE"
+      install -m 0644 "$prom/NOTICE" "$SHARE_DIR/$t/NOTICE"
+      echo "github.com/prometheus/prometheus@$PROMETHEUS_MODULE_VERSION" > "$SHARE_DIR/$t/VERSION"
       ;;
     barman-cloud-crd)
       # The file trainyard.schemas reads ($TRAINYARD_BARMAN_CLOUD_CRD overrides), checked against the pin,
