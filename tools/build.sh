@@ -161,8 +161,9 @@ tool_share() {
     kwok) echo "kustomize/stage" ;;
     barman-cloud-crd) echo "$(dirname "$BARMAN_CLOUD_CRD")" ;;
     cnpg) echo "licenses LICENSE" ;;   # what the operator image COPYs besides the binary (its Dockerfile)
-    # The rehearsal's install reads upstream's bundle (CRDs, RBAC, the operator's Deployment); the licence files.
-    prometheus-operator) echo "bundle.yaml LICENSE NOTICE" ;;
+    # The rehearsal's install reads upstream's bundle (CRDs, RBAC, the operator's Deployment); the licence files;
+    # pkg/operator/defaults.go: where the factory reads the Prometheus version the operator defaults to.
+    prometheus-operator) echo "bundle.yaml LICENSE NOTICE pkg/operator/defaults.go" ;;
   esac
 }
 

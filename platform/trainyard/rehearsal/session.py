@@ -232,8 +232,77 @@ class Rehearsal:
     # ------------------------------------------------------------------ the stack
 
     def deploy(self, extra: Iterable[str] = ()) -> EngineRun:
-        """``pulumi up`` of the rehearsal overlay of the stack, with the real engine (tools/pulumi-local.sh)."""
-        return self.engine("up", "--yes", "--skip-preview", *extra)
+        """``pulumi up`` of the rehearsal overlay of the stack, with the real engine (tools/pulumi-local.sh); then, where
+        the stack declares monitoring on real nodes, the Prometheus a site would run (``install_monitoring``)."""
+        run = self.engine("up", "--yes", "--skip-preview", *extra)
+        if run.returncode == 0 and self.monitoring_wanted():
+            self.install_monitoring()
+        return run
+
+    # ------------------------------------------------------------------ the site's Prometheus (rehearsal only)
+
+    def monitoring_wanted(self) -> bool:
+        from trainyard.rehearsal import prometheus_install
+
+        return prometheus_install.wanted(self.config, self.in_cluster is not None)
+
+    def install_monitoring(self) -> None:
+        """prometheus-operator from upstream's bundle and one Prometheus in ``monitoring.prometheus.namespace``, their
+        images built by the factory and pushed to the loopback mirror (``prometheus_install.py``)."""
+        from functools import partial
+
+        from trainyard.manifests import crd_components
+        from trainyard.manifests.crds import crd_sources
+        from trainyard.rehearsal import prometheus_images, prometheus_install
+        from trainyard.rehearsal.image_cache import cache_root
+
+        assert self.in_cluster is not None
+        start = time.monotonic()
+        built = prometheus_images.build(self.config, self.settings.tools_dir, cache_root())
+        factory.push_images(list(built.values()), self.in_cluster.registry)
+        for image in built.values():
+            print(f"    image {image.reference} ({'cached' if image.cached else 'built'}"
+                  f"{'; ' + image.note if image.note else ''})", flush=True)
+        upstream = prometheus_install.upstream_objects(self.settings.tools_dir)
+        declared = {source.name: source.document() for source in crd_sources(self.config, crd_components(self.config))}
+        crds = prometheus_install.crds_to_apply(upstream, declared)
+        self.kube.apply(crds, field_manager=prometheus_install.FIELD_MANAGER)
+        for name in [str(crd["metadata"]["name"]) for crd in crds]:
+            wait_until(f"CRD {name} to be established", partial(self.controllers._established, name), 60)
+        operator = prometheus_install.operator_objects(self.config, upstream, built[prometheus_images.OPERATOR].reference,
+                                                       built[prometheus_images.RELOADER].reference)
+        site = prometheus_install.prometheus_objects(self.config, built[prometheus_images.PROMETHEUS].reference)
+        self.kube.apply([*operator, *site], field_manager=prometheus_install.FIELD_MANAGER)
+        shared = sum(o["kind"] == "CustomResourceDefinition" for o in upstream) - len(crds)
+        print(f"==> monitoring (the site's, rehearsal only) in {time.monotonic() - start:.1f}s: prometheus-operator "
+              f"v{self.config.versions.prometheus_operator} in {prometheus_install.operator_namespace(upstream)} "
+              f"({len(crds)} CRDs of its bundle applied; {shared} are the stack's), Prometheus "
+              f"{self.config.monitoring.prometheus.namespace}/{prometheus_install.PROMETHEUS} as "
+              f"{self.config.monitoring.prometheus.service_account}", flush=True)
+
+    def monitoring_problems(self) -> list[str]:
+        """Why the operator or the Prometheus is not Ready on the real node (empty without monitoring)."""
+        from trainyard.rehearsal import prometheus_install
+
+        if not self.monitoring_wanted():
+            return []
+        found = []
+        namespace = self.config.monitoring.prometheus.namespace
+        for ns, selector in (("*", "app.kubernetes.io/name=prometheus-operator"),
+                             (namespace, f"prometheus={prometheus_install.PROMETHEUS}")):
+            pods = self.kube.items("pods", ns, selector=selector)
+            if not pods:
+                found.append(f"{ns}: no pod {selector} yet")
+            for pod in pods:
+                ready = any(c["type"] == "Ready" and c["status"] == "True"
+                            for c in pod.get("status", {}).get("conditions", []))
+                where = pod["spec"].get("nodeName")
+                if not ready or where != REAL_NODE:
+                    found.append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}: "
+                                 f"{'Ready' if ready else 'not Ready'} on {where}")
+        found += prometheus_install.prometheus_problems(next(iter(
+            self.kube.items("prometheuses.monitoring.coreos.com", namespace)), None))
+        return found
 
     def engine(self, command: str, *args: str) -> EngineRun:
         env = {**self.env, **self.settings.env(), "TRAINYARD_STACK_FILE": str(self.stack_file)}
@@ -326,7 +395,7 @@ class Rehearsal:
                     if pod["spec"].get("nodeName") not in (None, REAL_NODE):
                         found.append(f"{namespace}/{pod['metadata']['name']} on {pod['spec'].get('nodeName')}, "
                                      f"not the real node {REAL_NODE}")
-            return found + (self.postgres_problems() if not found else [])
+            return found + (self.postgres_problems() + self.monitoring_problems() if not found else [])
 
         try:
             wait_until("the platform's pods to be Ready on the real node", lambda: not problems(), timeout)
@@ -336,6 +405,9 @@ class Rehearsal:
                  for namespace in [*namespaces, *sorted({ns for ns, _ in self.postgres_clusters()})]]
         if store is not None:
             shown.append(self.kube.run("get", "jobs", "-n", store).stdout.rstrip())
+        if self.monitoring_wanted():
+            shown.append(self.kube.run("get", "pods", "-A", "-o", "wide", "-l",
+                                       "app.kubernetes.io/name in (prometheus-operator, prometheus)").stdout.rstrip())
         return "\n".join(shown)
 
     def _provisioning_problems(self, namespace: str) -> list[str]:
