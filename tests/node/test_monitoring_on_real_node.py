@@ -16,7 +16,7 @@ real nodes plays the site (``rehearsal/prometheus_install.py``): after ``pulumi 
   NetworkPolicies (``security.network.metrics_from``), their TLS, and for Kueue and JobSet their authorization of
   ``/metrics`` (a SubjectAccessReview for the ServiceAccount the stack's ClusterRoleBinding names);
 - ``/api/v1/rules`` holds the stack's PrometheusRule ``trainyard-alerts``, every group and alert the stack renders,
-  loaded and evaluated (health ``ok``).
+  loaded and evaluated (health ``ok``), and its two component alerts (a controller's metrics down or absent) inactive.
 
 Standalone (its own cluster): the lead moves it into tests/node/platform/ with the package fixture.
 
@@ -181,6 +181,19 @@ def test_the_stacks_prometheusrule_is_loaded_and_evaluated(live: Rehearsal) -> N
             f"{r['name']} ({r['health']}, {r['state']})" for r in group["rules"]))
     assert {g["name"]: {r["name"] for r in g["rules"]} for g in groups} == wanted
     assert all(r["health"] == "ok" for g in groups for r in g["rules"]), groups
+    # On a healthy platform the two component alerts are inactive once a scrape preceded an evaluation (the first
+    # evaluation may come before the first scrape: TrainyardComponentMetricsAbsent is then pending for one interval).
+    start = time.monotonic()
+    states: dict[str, str] = {}
+    while time.monotonic() - start < 150:
+        states = {r["name"]: r["state"] for g in _api(live, "/api/v1/rules")["groups"] if "trainyard-alerts" in g["file"]
+                  for r in g["rules"] if r["name"] in ("TrainyardComponentDown", "TrainyardComponentMetricsAbsent")}
+        if set(states.values()) == {"inactive"}:
+            break
+        time.sleep(3)
+    TIMINGS["component alerts inactive"] = time.monotonic() - start
+    print(f"component alerts: {states}")
+    assert states == {"TrainyardComponentDown": "inactive", "TrainyardComponentMetricsAbsent": "inactive"}
 
 
 def test_timings(live: Rehearsal) -> None:

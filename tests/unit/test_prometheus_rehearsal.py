@@ -171,7 +171,9 @@ def test_the_operator_runs_the_mirrors_images_by_digest_on_the_system_nodes(tmp_
     (container,) = pod["containers"]
     assert container["image"] == OPERATOR_IMAGE
     assert container["args"] == ["--kubelet-service=kube-system/kubelet",
-                                 f"--prometheus-config-reloader={RELOADER_IMAGE}", "--kubelet-endpoints=true"]
+                                 f"--prometheus-config-reloader={RELOADER_IMAGE}", "--kubelet-endpoints=true",
+                                 "--config-reloader-cpu-request=0", "--config-reloader-cpu-limit=0"]
+    assert container["resources"]["requests"]["cpu"] == "0"  # the rehearsal node's CPU is all the charts'
     assert pod["nodeSelector"] == {"kubernetes.io/os": "linux", **REAL_NODE_LABELS}
     assert all(o["metadata"]["labels"]["trainyard.dev/rehearsal"] == "monitoring" for o in objects)
     assert bundle == _bundle()  # upstream's objects are not edited in place
@@ -210,6 +212,7 @@ def test_the_prometheus_is_the_one_the_monitoring_concern_expects(tmp_path: Path
         assert spec[f"{kind}NamespaceSelector"] == {}  # every namespace: ServiceMonitors live in the controllers'
     assert spec["nodeSelector"] == REAL_NODE_LABELS
     assert spec["securityContext"]["runAsNonRoot"] and spec["securityContext"]["runAsUser"] == 65534
+    assert "cpu" not in spec["resources"]["requests"]
     # Without match_labels the selectors select everything ({}); an absent selector would select nothing.
     default = prometheus_install.prometheus_objects(_config(tmp_path), PROMETHEUS_IMAGE)[2]["spec"]
     assert default["serviceMonitorSelector"] == {} and default["ruleSelector"] == {}

@@ -11,7 +11,10 @@ site would, after ``pulumi up`` (``Rehearsal.install_monitoring``), and nothing 
   headless Service and Deployment in ``default``, changed only where a site must: the Deployment's image and its
   ``--prometheus-config-reloader`` argument name the factory's images under the stack's mirror by digest
   (``prometheus_images.py``), and its pod gets the stack's ``system_pods`` placement beside upstream's
-  ``kubernetes.io/os: linux`` selector, as every platform pod;
+  ``kubernetes.io/os: linux`` selector, as every platform pod; and **no CPU is requested** (below): the operator's
+  container requests ``cpu: "0"`` (upstream: 100m; its 200m limit stays), and it runs the config reloaders with
+  ``--config-reloader-cpu-request=0 --config-reloader-cpu-limit=0`` (its own flags: "0" sets none; both, since a limit
+  without a request makes the API server request the limit);
 - **the CRDs the stack does not declare** (Prometheus, Alertmanager, ThanosRuler, Probe, ScrapeConfig, PrometheusAgent,
   AlertmanagerConfig): the bundle's ServiceMonitor, PodMonitor and PrometheusRule CRDs are the stack's own (applied
   before ``pulumi up`` and by it, under their field managers), so they are not applied a second time under another
@@ -22,7 +25,14 @@ site would, after ``pulumi up`` (``Rehearsal.install_monitoring``), and nothing 
   ``trainyard-metrics-reader`` and ``trainyard-prometheus-discovery`` bindings name), selecting ServiceMonitors,
   PodMonitors and PrometheusRules by ``monitoring.prometheus.match_labels`` in every namespace (``{}``: what
   docs/components/monitoring.md asks of a site's Prometheus), its image the factory's Prometheus by digest, placed
-  on the real node; the namespace and the ServiceAccount, which a site has and the stack does not declare.
+  on the real node, requesting memory only; the namespace and the ServiceAccount, which a site has and the stack does
+  not declare.
+
+Why no CPU requests: the rehearsal's one real node is this machine, 2 CPUs allocatable, and the platform's charts
+already request all of it (measured: Kueue, JobSet and SeaweedFS 500m each, KServe 200m, CoreDNS 2 x 100m, the operator's
+upstream 100m: 2000m of 2000m), so upstream's requests left the Prometheus pod Pending ("1 Insufficient cpu"). A site
+sizes its Prometheus for its nodes; on the rehearsal's node the two compete for CPU as best effort, which changes
+nothing the node test proves.
 
 Everything is applied by server-side apply under ``FIELD_MANAGER`` and labelled ``trainyard.dev/rehearsal:
 monitoring``; the cluster's ``down`` removes it with the cluster. The images are pinned by the digest the factory
@@ -50,6 +60,8 @@ LABEL = {"trainyard.dev/rehearsal": "monitoring"}
 OPERATOR = "prometheus-operator"  # bundle.yaml's Deployment, ServiceAccount, Service and ClusterRole(Binding)
 PROMETHEUS = "k8s"
 RELOADER_FLAG = "--prometheus-config-reloader="
+# The rehearsal node's CPU is all requested by the charts ("Why no CPU requests" above): the site's monitoring asks none.
+NO_RELOADER_CPU = ("--config-reloader-cpu-request=0", "--config-reloader-cpu-limit=0")
 Manifest = dict[str, Any]
 
 
@@ -122,7 +134,10 @@ def operator_objects(config: PlatformConfig, objects: Sequence[Manifest], operat
             if len(flags) != 1:
                 raise ClusterError(f"{BUNDLE}: the operator's Deployment has {len(flags)} {RELOADER_FLAG} arguments, "
                                    "expected one")
-            container["args"] = [RELOADER_FLAG + reloader_image if a in flags else a for a in container["args"]]
+            container["args"] = [*(RELOADER_FLAG + reloader_image if a in flags else a for a in container["args"]),
+                                 *NO_RELOADER_CPU]
+            requests = container.setdefault("resources", {}).setdefault("requests", {})
+            requests["cpu"] = "0"
             placement = pod_placement(config)
             pod["nodeSelector"] = {**pod.get("nodeSelector", {}), **placement.get("nodeSelector", {})}
             if "tolerations" in placement:
@@ -153,7 +168,7 @@ def prometheus_objects(config: PlatformConfig, prometheus_image: str) -> list[Ma
         # The image's user (busybox's nobody); fsGroup makes the TSDB volume writable for it.
         "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534, "fsGroup": 65534,
                             "seccompProfile": {"type": "RuntimeDefault"}},
-        "resources": {"requests": {"cpu": "100m", "memory": "200Mi"}},
+        "resources": {"requests": {"memory": "200Mi"}},  # no CPU: see the module docstring
         **pod_placement(config),
     }
     return [
