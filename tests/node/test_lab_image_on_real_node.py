@@ -92,6 +92,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             running.timings.update(TIMINGS)
             yield Lab(running, image, workspace)
             running.timings.update(TIMINGS)
+        left = running.node.leftovers()  # after the fixture's down: no process, mount, bridge or chain of node-0
+        assert left == [], left
     finally:
         print("\n==== lab image on node-0 ====\n" + "\n".join(LOG))
         for directory in tmp_path_factory.getbasetemp().glob("lab-*"):  # containerd's content and snapshots, inputs
