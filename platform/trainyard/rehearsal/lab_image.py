@@ -35,15 +35,18 @@ What the image holds, bottom first (as ``postgres_image.py``, a trixie closure, 
 - **The program** (one layer): what the Containerfile copies, ``requirements.txt``, ``lora_peft.py`` and
   ``trainyard_lora/*.py``, at ``/opt/trainyard/programs`` (root-owned, 0644).
 - **The user** (one layer): ``/etc/passwd`` and ``/etc/group`` (distroless's entries and ``trainyard`` 1000:1000, the
-  runtime's ``runAsUser``: ``getpass.getuser()``, which MLflow records as a run's user, raises on Python 3.13 for a
-  uid without an entry), its home, ``/tmp``, ``/workspace`` (pytorch/pytorch's ``WORKDIR``, where the runtime mounts
-  the initializers' volume), ``/etc/nsswitch.conf`` and the CA bundle ``update-ca-certificates`` would write from
-  the closure's ``ca-certificates`` (every ``.crt`` it ships, sorted, concatenated: Debian's ``certifi`` points there).
+  runtime's ``runAsUser``: ``getpass.getuser()``, which MLflow records as a run's user, raises OSError on Python 3.13
+  for a uid without an entry, and mlflow-skinny 3.15.1 catches only ImportError there:
+  mlflow/tracking/context/default_context.py:16-21), its home, ``/tmp``, ``/workspace`` (pytorch/pytorch's
+  ``WORKDIR``, where the runtime mounts the initializers' volume), ``/etc/nsswitch.conf`` and the CA bundle
+  ``update-ca-certificates`` would write from the closure's ``ca-certificates`` (every ``.crt`` it ships, sorted,
+  concatenated: Debian's ``certifi`` points there).
 
 Config: ``User 1000:1000`` (the Containerfile's), ``WorkingDir /workspace``, ``LANG=C.UTF-8``, ``USE_LIBUV=0``,
 Debian's ``PATH`` (``/usr/bin/torchrun`` is python3-torch's, the runtime's command), ``TRAINYARD_CODE_VERSION`` the
-Containerfile's default (``unrecorded``: the image pipeline's build argument is not given here). No byte code is compiled into the
-image: every pod start compiles what it imports in memory (measured in docs/rehearsal.md).
+Containerfile's default (``unrecorded``: the image pipeline's build argument is not given here). No byte code is
+compiled into the image: every process compiles what it imports in memory at its start (measured in
+docs/rehearsal.md).
 
 Cached like the factory's other images (``image_cache.cached_build``), keyed by the pins, the program's bytes and
 this recipe: a warm build reads neither a package nor a wheel.
