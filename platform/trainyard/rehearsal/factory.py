@@ -3,8 +3,10 @@
 No container registry is reachable, so the images the charts pull are made on this machine, as an air-gapped site
 fills its own mirror: the controllers' (below), SeaweedFS's (``seaweedfs_image.py``) and Trainyard's own object-store
 provisioner (``provisioner_image.py``, on the factory's Python base, ``python_base.py``). ``build_images`` builds the
-ones a list of chart components needs. The controller images are each laid out as its upstream Dockerfile lays it out,
-on a base of distroless ``static:nonroot``'s files (``rehearsal/base_layer.py``):
+ones a list of chart components needs, and on request (``LAB``, not a chart's) the lab's CPU stand-in for the
+``lora-peft`` runtime's image (``lab_image.py``: Debian's CPU PyTorch, ~1 GB, so never built unasked). ``STAND_INS``
+gathers what the factory builds in place of the version a name says. The controller images are each laid out as its
+upstream Dockerfile lays it out, on a base of distroless ``static:nonroot``'s files (``rehearsal/base_layer.py``):
 
 - ``kueue/kueue``: binary ``kueue`` (sigs.k8s.io/kueue ``./cmd/kueue``); sigs.k8s.io/kueue@v0.19.2:Dockerfile:17-21
   (``WORKDIR /``, ``USER 65532:65532``, ``ENTRYPOINT ["/manager"]``, ``COPY ... /manager``).
@@ -60,10 +62,11 @@ from pathlib import Path
 from typing import IO
 
 from trainyard import catalog
+from trainyard.config.load import project_root
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.installs import component_version, upstream_image
 from trainyard.project import Stack
-from trainyard.rehearsal import postgres_image, provisioner_image, seaweedfs_image
+from trainyard.rehearsal import lab_image, postgres_image, provisioner_image, seaweedfs_image
 from trainyard.rehearsal.base_layer import ENV, base_layer
 from trainyard.rehearsal.image_cache import (
     BuiltImage,
@@ -128,6 +131,10 @@ SEAWEEDFS = "seaweedfs"
 CNPG = "cnpg"
 # The chart components whose images the factory builds: what the rehearsal with real nodes runs in its cluster.
 COMPONENTS = (*CONTROLLERS, SEAWEEDFS)
+# Built only when asked for: the lab's image of the lora-peft runtime (a training image, not a chart's).
+LAB = lab_image.COMPONENT
+# What the factory builds in place of what a name says, and why (each module's record; docs/architecture.md).
+STAND_INS: dict[str, dict[str, object]] = {SEAWEEDFS: dict(seaweedfs_image.STAND_INS), LAB: dict(lab_image.STAND_INS)}
 
 
 def targets(config: PlatformConfig, components: Iterable[str] = CONTROLLERS) -> dict[str, ImageRef]:
@@ -216,14 +223,16 @@ def _shared_tree(share: Path, name: str, tool: str) -> list[Entry]:
 
 
 def build_images(config: PlatformConfig, tools_dir: Path, cache: Path | None = None,
-                 components: Iterable[str] = COMPONENTS, root: Path = Path("/")) -> list[BuiltImage]:
+                 components: Iterable[str] = COMPONENTS, root: Path = Path("/"),
+                 project: Path | None = None) -> list[BuiltImage]:
     """Every image the charts of ``components`` need in the cluster: the controllers'; for ``seaweedfs`` the server's
     and the provisioning Job's (Trainyard's own, on the Python base), which creates the buckets on it; for ``cnpg``,
-    where the stack declares MLflow's database, the PostgreSQL operand (``postgres_image.py``)."""
+    where the stack declares MLflow's database, the PostgreSQL operand (``postgres_image.py``); for ``lora-peft`` the
+    lab's CPU image of that runtime (``lab_image.py``; ``project``: where runtimes/ is, default the project root)."""
     wanted = list(components)
-    unknown = sorted(set(wanted) - set(COMPONENTS))
+    unknown = sorted(set(wanted) - {*COMPONENTS, LAB})
     if unknown:
-        raise ImageError(f"no image recipe for {', '.join(unknown)} (the factory builds {', '.join(COMPONENTS)})")
+        raise ImageError(f"no image recipe for {', '.join(unknown)} (the factory builds {', '.join((*COMPONENTS, LAB))})")
     directory = cache or cache_root()
     out = build_controller_images(config, tools_dir, directory, [c for c in wanted if c in CONTROLLERS], root)
     if SEAWEEDFS in wanted:
@@ -232,6 +241,8 @@ def build_images(config: PlatformConfig, tools_dir: Path, cache: Path | None = N
     if CNPG in wanted and config.mlflow.enabled:
         # The stack's PostgreSQL Cluster runs here: its operand, from Debian's packages.
         out.append(postgres_image.build(config, directory))
+    if LAB in wanted:
+        out.append(lab_image.build(config, project or project_root(), directory))
     return out
 
 

@@ -283,7 +283,8 @@ def _cmd_images_build(args: argparse.Namespace) -> int:
     try:
         started = time.monotonic()
         built = factory.build_images(stack.config, Settings.from_env().tools_dir,
-                                     Path(args.cache) if args.cache else None, args.component or factory.COMPONENTS)
+                                     Path(args.cache) if args.cache else None, args.component or factory.COMPONENTS,
+                                     project=stack.root)
         for image in built:
             note = f"; {image.note}" if image.note else ""
             print(f"{image.reference} ({'cached' if image.cached else 'built'}: {image.layout}{note})")
@@ -357,9 +358,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                     "by content; optionally pushed to a loopback registry and locked.")
     build.add_argument("stack", metavar="STACK", help=STACK_HELP + " (with images.registry_mirror)")
     build.add_argument("--component", action="append",
-                       choices=("kueue", "jobset", "trainer", "cnpg", "seaweedfs", "kserve"),
+                       choices=("kueue", "jobset", "trainer", "cnpg", "seaweedfs", "kserve", "lora-peft"),
                        help="only this component's images (repeatable; seaweedfs: the server and the provisioner; "
-                            "kserve: the controller and its chart's kube-rbac-proxy sidecar; default all)")
+                            "kserve: the controller and its chart's kube-rbac-proxy sidecar; lora-peft: the lab's CPU "
+                            "stand-in for that runtime's image, ~1 GB, built only when named; default all charts')")
     build.add_argument("--cache", metavar="DIR", help="layout cache (default $TRAINYARD_IMAGE_CACHE or "
                                                       "$XDG_CACHE_HOME/trainyard/images)")
     build.add_argument("--push", metavar="HOST:PORT", help="push to this plain-http loopback registry under the mirror names")
