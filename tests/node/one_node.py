@@ -63,6 +63,8 @@ def deployed_platform(tmp_path_factory: pytest.TempPathFactory, directory: str, 
     """The local stack on a private control plane with node-0 (``make up``'s path: ``Rehearsal(real_nodes=True)``):
     up, ``pulumi up``, the platform Ready, each step timed into ``timings``; ``overrides`` as ``Rehearsal`` takes them.
     Skips (saying why) where ``tools`` are missing; afterwards down, purged, and nothing of the node left."""
+    if os.geteuid() != 0:
+        pytest.skip("a real node needs root (containerd, kubelet, network namespaces)")
     problem = tools_problem(*tools)
     if problem is not None:
         pytest.skip(problem)
