@@ -24,6 +24,7 @@ from tests.charts.conftest import CHARTS_DIR, HELM, MISSING, Renderers
 from tests.conftest import CRDS_DIR, STACKS, rendered, stack
 from trainyard import catalog, chart_probes, charts, post_render
 from trainyard.manifests.chart_release import ChartRelease
+from trainyard.review import chart_truth
 from trainyard.review.chart_truth import ChartTruth, check_release, format_summary
 from trainyard.schemas import Validator
 
@@ -116,6 +117,15 @@ def test_kueue_renders_its_crds_as_templates_and_the_post_renderer_drops_every_o
 
 def _kueue(stack_name: str = "prod") -> ChartRelease:
     return release_of(stack_name, "kueue")
+
+
+def test_seaweedfs_without_trainyards_master_toml_is_reported(renderers: Renderers) -> None:
+    # The chart's default master.config is a comment: weed then grows 7 volumes per bucket (its default).
+    release = release_of("staging", "seaweedfs")
+    values: dict[str, Any] = copy.deepcopy(release.values)
+    values["master"]["config"] = "# Enter any extra configuration for master.toml here."
+    problems = chart_truth.MODE_CHECKS["seaweedfs"](stack("staging").config, renderers("staging").render(release, values))
+    assert problems == [f"master.volume_growth.{k} is None, not 1" for k in ("copy_1", "copy_2", "copy_3", "copy_other")]
 
 
 def test_a_misspelt_value_path_is_reported_unread(renderers: Renderers) -> None:

@@ -1,7 +1,9 @@
 """Serving admission on a real kube-apiserver: InferenceServices that break a rule are denied, a correct one is accepted.
 
-The private control plane of ``tests/cluster/conftest.py`` gets KServe's CRDs, the serving
-admission policies and the local stack's tenant namespaces, as rendered. Each InferenceService
+A private API server of its own (``bare_api_server``, like every admission module: policies created here
+must not meet a later ``pulumi up`` of the local stack on the session's cluster, whose field manager would
+conflict with ``kubectl create``'s) gets KServe's CRDs, the serving admission policies and the local
+stack's tenant namespaces, as rendered. Each InferenceService
 is sent with a server-side dry run (``kubectl create --dry-run=server``): the API server runs
 schema validation and the ValidatingAdmissionPolicies and stores nothing. No KServe controller
 runs here, so KServe's own webhooks are not part of what is tested: these denials are Trainyard's.
@@ -12,11 +14,12 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import Cluster, install_policy_params
+from tests.cluster.conftest import Cluster, bare_api_server, install_policy_params
 from tests.conftest import rendered
 from trainyard.manifests.meta import TENANT_LABEL
 from trainyard.manifests.serving import CLUSTER_LOCAL, VISIBILITY_LABEL
@@ -90,24 +93,24 @@ def dry_run(cluster: Cluster, obj: dict[str, Any]) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def serving_admission(cluster: Cluster) -> Cluster:
+def serving_admission(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     platform = rendered("local")
     crds = [c for c in platform.crds if c["spec"]["group"] == "serving.kserve.io"]
     namespaces = [o for o in platform.objects if o["kind"] == "Namespace" and TENANT_LABEL in o["metadata"]["labels"]]
     policies = list(platform.concern("serving-admission").objects)
     assert len(policies) == 10
-    for batch in (crds, namespaces):
-        cluster.create_missing(batch)
-    install_policy_params(cluster, platform)
-    cluster.create_missing(policies)
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=120s",
-                    *[f"crd/{c['metadata']['name']}" for c in crds])
-    # A new policy takes effect once the API server's policy informer has seen it and its binding:
-    # wait (bounded) until every bad case is denied; the tests then say which one is not.
-    deadline = time.monotonic() + 60
-    while any(dry_run(cluster, obj)[0] == 0 for obj, _, _ in CASES.values()) and time.monotonic() < deadline:
-        time.sleep(1)
-    return cluster
+    with bare_api_server(tmp_path_factory, "serving-admission") as cluster:
+        for batch in (crds, namespaces):
+            cluster.create_missing(batch)
+        install_policy_params(cluster, platform)
+        cluster.create_missing(policies)
+        cluster.wait_established(*(c["metadata"]["name"] for c in crds))
+        # A new policy takes effect once the API server's policy informer has seen it and its binding:
+        # wait (bounded) until every bad case is denied; the tests then say which one is not.
+        deadline = time.monotonic() + 60
+        while any(dry_run(cluster, obj)[0] == 0 for obj, _, _ in CASES.values()) and time.monotonic() < deadline:
+            time.sleep(1)
+        yield cluster
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

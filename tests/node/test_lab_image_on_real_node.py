@@ -136,15 +136,17 @@ def _run_pod(lab: Lab, name: str, command: list[str], env: dict[str, str] | None
     follow = subprocess.Popen([str(kube.kubectl), "--kubeconfig", str(kube.kubeconfig), "logs", "-f", name, "-n",
                                NAMESPACE], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert follow.stdout is not None
-    lines, phase = [], ""
+    lines, phase, deleted = [], "", False
     for line in follow.stdout:
         lines.append(line.rstrip())
         if delete_after is not None and line.startswith(delete_after):
             kube.run("delete", "pod", name, "-n", NAMESPACE, "--wait=false")  # the kubelet sends SIGTERM
             LOG.append(f"  [{name}] deleted after: {line.strip()}")
-            delete_after = None
+            delete_after, deleted = None, True
     follow.wait(timeout=60)
-    if kube.exists("pod", name, NAMESPACE):
+    if deleted:  # a deleted pod is removed once its container ended: there is no phase to wait for
+        wait_until(f"deleted pod {name} to be removed", lambda: not kube.exists("pod", name, NAMESPACE), 300, interval=1)
+    else:
         phase = wait_until(f"pod {name} to finish", lambda: _phase(kube, name) if _phase(kube, name) in
                            {"Succeeded", "Failed"} else None, 300, interval=1)
         described = kube.run("get", "pod", name, "-n", NAMESPACE, "-o", "wide").stdout.strip()

@@ -382,6 +382,20 @@ def _chart(config: PlatformConfig, component: str, name: str, namespace_name: st
                         external=backend in config.rehearsal.external_controllers)
 
 
+# One volume per growth, not seven. Every bucket is its own SeaweedFS collection, and a collection's first write
+# grows ``master.volume_growth.copy_1`` volumes (default 7, weed/server/master_server.go) out of the server's slots
+# (``-volume.max`` 0 in the chart's values: free disk / ``volumeSizeLimitMB``). With a bucket per tenant and kind,
+# the slots run out on a modest disk and a PUT fails with InternalError ("no free volumes"); upstream's own
+# single-process ``weed mini`` grows one at a time for this reason (weed/command/mini.go
+# ensureMiniVolumeGrowthDefaults). Read from master.toml by viper, so the chart's ``master.config`` carries it.
+SEAWEEDFS_MASTER_TOML = """[master.volume_growth]
+copy_1 = 1
+copy_2 = 1
+copy_3 = 1
+copy_other = 1
+"""
+
+
 def seaweedfs_objects(config: PlatformConfig, lock: ImageLock) -> tuple[list[Manifest], list[ChartRelease]]:
     store = _store(config)
     volume = store.seaweedfs.volume
@@ -404,9 +418,10 @@ def seaweedfs_objects(config: PlatformConfig, lock: ImageLock) -> tuple[list[Man
         }, "imageRegistry": image.registry},
         "image": {"tag": _tag(image)},
         # One server process holds master, volume, filer and S3 (weed server); the split components are off.
-        "master": {"enabled": False},
         "volume": {"enabled": False},
         "filer": {"enabled": False},
+        # master.toml (mounted into the all-in-one pod from the chart's master-config ConfigMap): see VOLUME_GROWTH.
+        "master": {"enabled": False, "config": SEAWEEDFS_MASTER_TOML},
         "allInOne": {
             "enabled": True,
             "s3": {"enabled": True, "enableAuth": True, "existingConfigSecret": SEAWEEDFS_IDENTITIES_SECRET},

@@ -21,6 +21,7 @@ later is covered by being declared), rendered with ``trainyard.charts``:
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -154,10 +155,30 @@ def _data_cache_modes(config: PlatformConfig, rendered: charts.RenderedChart) ->
     return problems + ([] if role else [f"data cache on: the chart renders no ClusterRole {CHART_CLUSTER_ROLE}"])
 
 
+def _seaweedfs_modes(config: PlatformConfig, rendered: charts.RenderedChart) -> list[str]:
+    """The all-in-one server reads the master.toml Trainyard writes: one volume per growth (manifests/object_store.py
+    SEAWEEDFS_MASTER_TOML). Ref: seaweedfs chart 4.44.0 templates/master/master-configmap.yaml (``master.config``
+    as ``master.toml``), templates/all-in-one/all-in-one-deployment.yaml (mounted at /etc/seaweedfs/master.toml)."""
+    maps = [o for o in rendered.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-master-config")]
+    if len(maps) != 1:
+        return [f"expected one SeaweedFS master ConfigMap, found {len(maps)}"]
+    try:
+        growth = tomllib.loads(maps[0]["data"]["master.toml"]).get("master", {}).get("volume_growth", {})
+    except (KeyError, tomllib.TOMLDecodeError) as exc:
+        return [f"the master ConfigMap's master.toml does not parse: {exc}"]
+    problems = [f"master.volume_growth.{key} is {growth.get(key)!r}, not 1"
+                for key in ("copy_1", "copy_2", "copy_3", "copy_other") if growth.get(key) != 1]
+    mounts = [m for o in rendered.objects if o["kind"] == "Deployment"
+              for c in o["spec"]["template"]["spec"]["containers"] for m in c.get("volumeMounts", [])
+              if m.get("mountPath") == "/etc/seaweedfs/master.toml"]
+    return problems + ([] if mounts else ["no container mounts /etc/seaweedfs/master.toml"])
+
+
 # Per chart name: what Trainyard switches on or off there. A chart added later adds its own.
 MODE_CHECKS: dict[str, Callable[[PlatformConfig, charts.RenderedChart], list[str]]] = {
     "kueue": _kueue_modes,
     "kubeflow-trainer": _trainer_modes,
+    "seaweedfs": _seaweedfs_modes,
 }
 
 
