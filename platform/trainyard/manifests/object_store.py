@@ -388,12 +388,8 @@ def _chart(config: PlatformConfig, component: str, name: str, namespace_name: st
 # the slots run out on a modest disk and a PUT fails with InternalError ("no free volumes"); upstream's own
 # single-process ``weed mini`` grows one at a time for this reason (weed/command/mini.go
 # ensureMiniVolumeGrowthDefaults). Read from master.toml by viper, so the chart's ``master.config`` carries it.
-SEAWEEDFS_MASTER_TOML = """[master.volume_growth]
-copy_1 = 1
-copy_2 = 1
-copy_3 = 1
-copy_other = 1
-"""
+SEAWEEDFS_VOLUME_GROWTH = {"copy_1": 1, "copy_2": 1, "copy_3": 1, "copy_other": 1}
+SEAWEEDFS_MASTER_TOML = "[master.volume_growth]\n" + "".join(f"{k} = {v}\n" for k, v in SEAWEEDFS_VOLUME_GROWTH.items())
 
 
 def seaweedfs_objects(config: PlatformConfig, lock: ImageLock) -> tuple[list[Manifest], list[ChartRelease]]:
@@ -420,7 +416,7 @@ def seaweedfs_objects(config: PlatformConfig, lock: ImageLock) -> tuple[list[Man
         # One server process holds master, volume, filer and S3 (weed server); the split components are off.
         "volume": {"enabled": False},
         "filer": {"enabled": False},
-        # master.toml (mounted into the all-in-one pod from the chart's master-config ConfigMap): see VOLUME_GROWTH.
+        # master.toml (mounted into the all-in-one pod from the chart's master-config ConfigMap): SEAWEEDFS_VOLUME_GROWTH.
         "master": {"enabled": False, "config": SEAWEEDFS_MASTER_TOML},
         "allInOne": {
             "enabled": True,

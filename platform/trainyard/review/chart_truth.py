@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainyard import chart_probes, charts, post_render, yamlio
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import RenderedPlatform, installs, kueue
+from trainyard.manifests import RenderedPlatform, installs, kueue, object_store
 from trainyard.manifests.chart_release import ChartRelease
 from trainyard.manifests.meta import object_id
 from trainyard.supply.chart_images import CR_IMAGE_FIELDS
@@ -157,7 +157,7 @@ def _data_cache_modes(config: PlatformConfig, rendered: charts.RenderedChart) ->
 
 def _seaweedfs_modes(config: PlatformConfig, rendered: charts.RenderedChart) -> list[str]:
     """The all-in-one server reads the master.toml Trainyard writes: one volume per growth (manifests/object_store.py
-    SEAWEEDFS_MASTER_TOML). Ref: seaweedfs chart 4.44.0 templates/master/master-configmap.yaml (``master.config``
+    SEAWEEDFS_VOLUME_GROWTH). Ref: seaweedfs chart 4.44.0 templates/master/master-configmap.yaml (``master.config``
     as ``master.toml``), templates/all-in-one/all-in-one-deployment.yaml (mounted at /etc/seaweedfs/master.toml)."""
     maps = [o for o in rendered.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-master-config")]
     if len(maps) != 1:
@@ -166,8 +166,8 @@ def _seaweedfs_modes(config: PlatformConfig, rendered: charts.RenderedChart) -> 
         growth = tomllib.loads(maps[0]["data"]["master.toml"]).get("master", {}).get("volume_growth", {})
     except (KeyError, tomllib.TOMLDecodeError) as exc:
         return [f"the master ConfigMap's master.toml does not parse: {exc}"]
-    problems = [f"master.volume_growth.{key} is {growth.get(key)!r}, not 1"
-                for key in ("copy_1", "copy_2", "copy_3", "copy_other") if growth.get(key) != 1]
+    problems = [f"master.volume_growth.{key} is {growth.get(key)!r}, not {want}"
+                for key, want in object_store.SEAWEEDFS_VOLUME_GROWTH.items() if growth.get(key) != want]
     mounts = [m for o in rendered.objects if o["kind"] == "Deployment"
               for c in o["spec"]["template"]["spec"]["containers"] for m in c.get("volumeMounts", [])
               if m.get("mountPath") == "/etc/seaweedfs/master.toml"]
