@@ -310,22 +310,29 @@ tool_ldflags() {
   echo "-s -w$x"
 }
 
+# Every build: no DWARF from the compiler (`-gcflags=all=-dwarf=false`). The linker drops it anyway (`-s -w`, or
+# `-s`, which implies -w since Go 1.22), so the binaries lose nothing, and compiling without it costs ~11% less CPU
+# (etcd, empty build cache: 66 s user CPU with it, 58 s without; docs/tools.md "Measured build times"). Not for
+# kserve, whose binary keeps its symbols and debug information as upstream's does (tool_ldflags).
+NO_DWARF="-gcflags=all=-dwarf=false"
 tool_buildflags() {
+  local common="-trimpath -mod=readonly -buildvcs=false"
   case "$1" in
+    kserve) echo "$common" ;;
     # Rule checks and rule tests need no service discovery: drop the optional SD plugins
     # (cloud SDKs). Ref: prometheus README "Building with selected service discovery".
-    promtool) echo "-trimpath -mod=readonly -buildvcs=false -tags remove_all_sd" ;;
+    promtool) echo "$common $NO_DWARF -tags remove_all_sd" ;;
     # The server needs one discovery plugin, Kubernetes (every ServiceMonitor and PodMonitor becomes a
     # kubernetes_sd_config): plugins/plugin_kubernetes.go is `!remove_all_sd || enable_kubernetes_sd`. Not
     # .promu.yml's `netgo builtinassets`: with CGO_ENABLED=0 the resolver is Go's anyway, and netgo would change
     # package net and so every package above it (no sharing with promtool's build cache); builtinassets embeds the
     # web UI, which is not built here (web/ui/static comes from an npm build): the API and /-/ endpoints are served.
-    prometheus) echo "-trimpath -mod=readonly -buildvcs=false -tags remove_all_sd,enable_kubernetes_sd" ;;
-    minio) echo "-trimpath -mod=readonly -buildvcs=false -tags kqueue" ;;   # the upstream Makefile's tag
+    prometheus) echo "$common $NO_DWARF -tags remove_all_sd,enable_kubernetes_sd" ;;
+    minio) echo "$common $NO_DWARF -tags kqueue" ;;   # the upstream Makefile's tag
     # The upstream Makefile's GOTAGS (v1.15.0): core/dnsserver links gRPC (its grpc:// servers); this tag
     # leaves gRPC's golang.org/x/net/trace hooks out.
-    coredns) echo "-trimpath -mod=readonly -buildvcs=false -tags grpcnotrace" ;;
-    *) echo "-trimpath -mod=readonly -buildvcs=false" ;;
+    coredns) echo "$common $NO_DWARF -tags grpcnotrace" ;;
+    *) echo "$common $NO_DWARF" ;;
   esac
 }
 
@@ -520,13 +527,21 @@ post_build() {
   esac
 }
 
+# cpu_ticks: CPU_TICKS := the CPU time (user + system) this shell's finished children have used so far, in clock
+# ticks (/proc/PID/stat cutime + cstime: proc(5)). Builtins only: in a subshell it would read the subshell's own.
+CLK_TCK="$(getconf CLK_TCK)"
+cpu_ticks() {
+  local stat f; read -r stat < "/proc/$BASHPID/stat"; stat="${stat##*) }"; read -ra f <<< "$stat"
+  CPU_TICKS=$(( f[13] + f[14] ))
+}
+
 build_tool() {
-  local t="$1" start end dir b pkg ldflags
+  local t="$1" start end dir b pkg ldflags cpu0
   if tool_current "$t"; then
     log "==> $t: up to date ($(tool_bins "$t" | cut -d' ' -f1 | tr '\n' ' ')in $BIN_DIR), skipped"
     return 0
   fi
-  start=$(date +%s)
+  start=$(date +%s); cpu_ticks; cpu0=$CPU_TICKS
   log "==> $t: building"
   mkdir -p "$BIN_DIR" "$STAMP_DIR" "$WORK_DIR"
   rm -f "$STAMP_DIR/$t"
@@ -544,7 +559,8 @@ build_tool() {
   post_build "$t" "$dir"
   echo "$stamp" > "$STAMP_DIR/$t"
   end=$(date +%s)
-  log "==> $t: built in $((end - start))s"
+  cpu_ticks
+  log "==> $t: built in $((end - start))s, $(( (CPU_TICKS - cpu0) / CLK_TCK ))s of CPU"
 }
 
 # --------------------------------------------------------------------- main
