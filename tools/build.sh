@@ -40,7 +40,7 @@ ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueu
 # Cold build cost, most first (CPU-seconds on a 2-core machine, docs/tools.md "Cold and warm"): the
 # order -j N starts them in. pulumi-kubernetes compiles one huge package on one core for ~15 min, so
 # with -j 2 the rest build beside it.
-BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kserve kubelet pulumi kueue cnpg prometheus-operator trainer kwok promtool prometheus kube-router coredns kube-rbac-proxy jobset helm etcd kind crane)
+BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kserve kubelet pulumi kueue cnpg barman-cloud prometheus-operator trainer kwok promtool prometheus kube-router coredns kube-rbac-proxy jobset helm etcd kind crane)
 # What `trainyard cluster up`, `make up` and the cluster tier need (the control plane, the engine and its
 # provider, the controllers, kwok; crane for the destroy test's registry). CI builds these first, beside
 # `make test`, and the rest (seaweedfs, promtool, kind) beside the cluster tier (.ci/run).
@@ -56,7 +56,7 @@ CLUSTER_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes kueue jobset trainer
 NODE_TOOLS=(etcd kube-apiserver kubelet kube-router coredns crane cnpg kserve kube-rbac-proxy prometheus-operator prometheus)
 # Tools outside `all` (so `make tools` and CI's `tools/build.sh all` do not build them yet; docs/tools.md has
 # their cold and warm figures): built by name or by their group (.ci/run names them beside `all`).
-OPTIONAL_TOOLS=(kubelet kube-router coredns cnpg kserve kube-rbac-proxy prometheus-operator prometheus)
+OPTIONAL_TOOLS=(kubelet kube-router coredns cnpg kserve kube-rbac-proxy prometheus-operator prometheus barman-cloud)
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
@@ -113,6 +113,10 @@ BARMAN_CLOUD_VERSION=v0.15.0
 BARMAN_CLOUD_MODSUM="h1:gNVytrzzYUE08wxLDrjfJqy1FPPSFkMe1OEr4s4pVI0="
 BARMAN_CLOUD_CRD=config/crd/bases/barmancloud.cnpg.io_objectstores.yaml
 BARMAN_CLOUD_CRD_BLOB=bb7db1e6e36cf04b137560d85d2ccdb57851aa9d
+# The plugin itself (`barman-cloud`): cmd/manager of the same module, one binary for the operator (`manager operator`),
+# the instance sidecar (`manager instance`) and restore (`manager restore`), built as containers/Dockerfile.plugin and
+# Dockerfile.sidecar build it: `CGO_ENABLED=0 go build -a -o manager cmd/manager/main.go`, no -ldflags (its version is
+# in the source: internal/cnpgi/metadata/constants.go). Not used by a tier yet (issue #22 item 6, docs/tools.md).
 # CloudNativePG's operator (and instance manager: one binary, cmd/manager), built inside its own module like
 # seaweedfs (module sum checked). Keep equal to trainyard.catalog's cnpg release (a test checks it). The module zip
 # has no git: the commit is the tag's (the proxy's Origin.Hash), as the upstream Makefile's COMMIT would give.
@@ -144,7 +148,7 @@ tool_module() {
     seaweedfs) echo "$SEAWEEDFS_MODULE@$SEAWEEDFS_VERSION" ;;
     minio) echo "$MINIO_MODULE@$MINIO_VERSION" ;;
     kind) echo "sigs.k8s.io/kind@$KIND_VERSION" ;;
-    barman-cloud-crd) echo "$BARMAN_CLOUD_MODULE@$BARMAN_CLOUD_VERSION" ;;
+    barman-cloud-crd|barman-cloud) echo "$BARMAN_CLOUD_MODULE@$BARMAN_CLOUD_VERSION" ;;
     cnpg) echo "$CNPG_MODULE@$CNPG_VERSION" ;;
     kserve) echo "$KSERVE_MODULE@$KSERVE_VERSION" ;;
     kube-rbac-proxy) echo "$KUBE_RBAC_PROXY_MODULE@$KUBE_RBAC_PROXY_VERSION" ;;
@@ -159,7 +163,9 @@ tool_share() {
     jobset) echo "config/components/crd config/components/webhook" ;;
     trainer) echo "manifests/base/crds manifests/base/webhook" ;;
     kwok) echo "kustomize/stage" ;;
-    barman-cloud-crd) echo "$(dirname "$BARMAN_CLOUD_CRD")" ;;
+    # The CRD, and what the rehearsal reads to build and install the plugin (tools/build.sh barman-cloud builds its
+    # binary): upstream's install manifest, the sidecar image's pinned Python requirements, the licence.
+    barman-cloud-crd) echo "$(dirname "$BARMAN_CLOUD_CRD") manifest.yaml containers/sidecar-requirements.txt LICENSE" ;;
     cnpg) echo "licenses LICENSE" ;;   # what the operator image COPYs besides the binary (its Dockerfile)
     # The rehearsal's install reads upstream's bundle (CRDs, RBAC, the operator's Deployment); the licence files;
     # pkg/operator/defaults.go: where the factory reads the Prometheus version the operator defaults to.
@@ -220,6 +226,7 @@ tool_bins() {
       ;;
     prometheus) echo "prometheus github.com/prometheus/prometheus/cmd/prometheus" ;;
     barman-cloud-crd) ;;   # no binary: only the CRD, copied to share/ (post_build)
+    barman-cloud) echo "barman-cloud-manager ./cmd/manager" ;;
     *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]} ${OPTIONAL_TOOLS[*]})" >&2; return 2 ;;
   esac
 }
@@ -235,7 +242,8 @@ tool_ldflags() {
   local x=""
   case "$1" in
     # Upstream's Dockerfile passes no -ldflags (not even -s -w): the binary keeps its symbols, as upstream's does.
-    kserve) echo ""; return 0 ;;
+    # barman-cloud's Dockerfiles: `go build -a -o manager cmd/manager/main.go`, no -ldflags either.
+    kserve|barman-cloud) echo ""; return 0 ;;
     # kube-rbac-proxy's Makefile (v0.18.0): VERSION_SEMVER from its VERSION file (the commit suffix is git's, absent
     # from the module zip), programName; no -s -w there either. gitCommit is the tag's (the proxy's Origin.Hash).
     # prometheus-operator's Makefile GO_BUILD_LDFLAGS (v0.93.0): `-s` (not -w) and prometheus/common's version
@@ -313,12 +321,12 @@ tool_ldflags() {
 # Every build: no DWARF from the compiler (`-gcflags=all=-dwarf=false`). The linker drops it anyway (`-s -w`, or
 # `-s`, which implies -w since Go 1.22), so the binaries lose nothing, and compiling without it costs ~11% less CPU
 # (etcd, empty build cache: 66 s user CPU with it, 58 s without; docs/tools.md "Measured build times"). Not for
-# kserve, whose binary keeps its symbols and debug information as upstream's does (tool_ldflags).
+# kserve and barman-cloud, whose binaries keep their symbols and debug information as upstream's do (tool_ldflags).
 NO_DWARF="-gcflags=all=-dwarf=false"
 tool_buildflags() {
   local common="-trimpath -mod=readonly -buildvcs=false"
   case "$1" in
-    kserve) echo "$common" ;;
+    kserve|barman-cloud) echo "$common" ;;
     # Rule checks and rule tests need no service discovery: drop the optional SD plugins
     # (cloud SDKs). Ref: prometheus README "Building with selected service discovery".
     promtool) echo "$common $NO_DWARF -tags remove_all_sd" ;;
@@ -366,6 +374,7 @@ tool_stamp() {
     [[ "$t" != kserve ]] || echo "sum=$KSERVE_MODSUM"
     [[ "$t" != kube-rbac-proxy ]] || echo "sum=$KUBE_RBAC_PROXY_MODSUM"
     [[ "$t" != prometheus-operator ]] || echo "sum=$PROMETHEUS_OPERATOR_MODSUM $PROMETHEUS_OPERATOR_APIS_MODSUM $PROMETHEUS_OPERATOR_CLIENT_MODSUM"
+    [[ "$t" != barman-cloud ]] || echo "sum=$BARMAN_CLOUD_MODSUM"
     [[ "$t" != barman-cloud-crd ]] || echo "sum=$BARMAN_CLOUD_MODSUM crd=$BARMAN_CLOUD_CRD blob=$BARMAN_CLOUD_CRD_BLOB"
     if [[ -n "$m" ]]; then echo "module=$m share=$(tool_share "$t")"; fi
     if [[ "$t" == kind ]]; then sha256sum "$TOOLS_SRC/kind-config-check/main.go" | cut -d' ' -f1; fi
@@ -400,7 +409,7 @@ prepare() {
     seaweedfs) prepare_module_zip "$SEAWEEDFS_MODULE" "$SEAWEEDFS_VERSION" "$SEAWEEDFS_MODSUM" ;;
     minio) prepare_module_zip "$MINIO_MODULE" "$MINIO_VERSION" "$MINIO_MODSUM" ;;
     kind) prepare_kind "$dir" ;;
-    barman-cloud-crd) prepare_module_zip "$BARMAN_CLOUD_MODULE" "$BARMAN_CLOUD_VERSION" "$BARMAN_CLOUD_MODSUM" ;;
+    barman-cloud-crd|barman-cloud) prepare_module_zip "$BARMAN_CLOUD_MODULE" "$BARMAN_CLOUD_VERSION" "$BARMAN_CLOUD_MODSUM" ;;
     cnpg) prepare_module_zip "$CNPG_MODULE" "$CNPG_VERSION" "$CNPG_MODSUM" ;;
     kserve) prepare_module_zip "$KSERVE_MODULE" "$KSERVE_VERSION" "$KSERVE_MODSUM" ;;
     kube-rbac-proxy) prepare_module_zip "$KUBE_RBAC_PROXY_MODULE" "$KUBE_RBAC_PROXY_VERSION" "$KUBE_RBAC_PROXY_MODSUM" ;;

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import ROOT
 from trainyard.project import open_stack
-from trainyard.rehearsal import debian, factory, lab_image, torch_use_libuv, wheels
+from trainyard.rehearsal import debian, debian_python, factory, lab_image, torch_use_libuv, wheels
 from trainyard.rehearsal.images import Entry, ImageError
 from trainyard.supply.reference import ImageRef
 
@@ -49,7 +49,7 @@ def test_the_committed_debian_closure_is_python3_torch_without_safetensors() -> 
     assert {"libblas3", "liblapack3", "ca-certificates", "python3-numpy"} <= set(versions)
     # Debian's python3-safetensors is 0.5.2: transformers 5.24.0 needs >= 0.8.0, so it is a wheel (not a root).
     assert "python3-safetensors" not in versions
-    assert lab_image.wheel_target(pins, "3.13") == wheels.Target("3.13", "/usr/bin/python3.13", (2, 41))
+    assert debian_python.wheel_target(pins, "3.13") == wheels.Target("3.13", "/usr/bin/python3.13", (2, 41))
 
 
 def test_the_wheel_lock_is_requirements_txt_less_torch_at_the_same_versions() -> None:
@@ -107,8 +107,8 @@ def test_a_build_whose_requirements_moved_on_is_refused_before_anything_is_fetch
         lab_image.build(config, project, tmp_path / "images")
 
 
-def _dist(name: str, version: str, *requires: str) -> lab_image.Distribution:
-    return lab_image.Distribution(name, version, requires)
+def _dist(name: str, version: str, *requires: str) -> debian_python.Distribution:
+    return debian_python.Distribution(name, version, requires)
 
 
 def test_wheels_must_fit_debians_distributions() -> None:
@@ -118,29 +118,29 @@ def test_wheels_must_fit_debians_distributions() -> None:
                          'torch>=2.6; extra == "torch"', 'tomli; python_version < "3.11"')
     # Debian's safetensors is too old for transformers: the reason it is a wheel.
     with pytest.raises(ImageError, match=r"transformers 5.24.0 needs 'safetensors>=0.8.0': Debian's safetensors is 0.5.2"):
-        lab_image.check_closure([transformers], debian_dists, "3.13.5")
+        debian_python.check_closure([transformers], debian_dists, "3.13.5")
     # A wheel of safetensors where Debian has one would shadow it.
     with pytest.raises(ImageError, match=r"safetensors is both a wheel and Debian's 0.5.2: the wheel would shadow it"):
-        lab_image.check_closure([transformers, _dist("safetensors", "0.8.0")], debian_dists, "3.13.5")
+        debian_python.check_closure([transformers, _dist("safetensors", "0.8.0")], debian_dists, "3.13.5")
     without = {k: v for k, v in debian_dists.items() if k != "safetensors"}
-    lab_image.check_closure([transformers, _dist("safetensors", "0.8.0")], without, "3.13.5")  # extras, markers skipped
+    debian_python.check_closure([transformers, _dist("safetensors", "0.8.0")], without, "3.13.5")  # extras, markers skipped
     peft = _dist("peft", "0.21.2", "torch>=1.13.0", "accelerate>=0.21.0")
     with pytest.raises(ImageError, match=r"peft 0.21.2 needs 'accelerate>=0.21.0': neither a wheel nor Debian's"):
-        lab_image.check_closure([peft], without, "3.13.5")
+        debian_python.check_closure([peft], without, "3.13.5")
     accelerate = _dist("accelerate", "1.16.0", "torch>=2.6.0")
-    lab_image.check_closure([peft, accelerate], without, "3.13.5")  # 2.6.0+debian is >= 2.6.0
+    debian_python.check_closure([peft, accelerate], without, "3.13.5")  # 2.6.0+debian is >= 2.6.0
     with pytest.raises(ImageError, match=r"accelerate 1.16.0 needs 'torch>=2.6.0': Debian's torch is 2.5.1"):
-        lab_image.check_closure([peft, accelerate], {**without, "torch": _dist("torch", "2.5.1")}, "3.13.5")
+        debian_python.check_closure([peft, accelerate], {**without, "torch": _dist("torch", "2.5.1")}, "3.13.5")
 
 
 def test_debians_python_distributions_are_read_from_dist_info_and_egg_info() -> None:
-    site = lab_image.DEBIAN_SITE
+    site = debian_python.DEBIAN_SITE
     entries = [Entry(f"{site}/numpy-2.2.4.dist-info/METADATA", b"Metadata-Version: 2.1\nName: numpy\nVersion: 2.2.4\n"),
                Entry(f"{site}/torch-2.6.0+debian.egg-info/PKG-INFO", b"Name: torch\nVersion: 2.6.0+debian\n"),
                Entry(f"{site}/six-1.17.0.egg-info", b"Name: six\nVersion: 1.17.0\n"),
                Entry(f"{site}/PyYAML-6.0.2.dist-info/METADATA", b"Name: PyYAML\nVersion: 6.0.2\n"),
                Entry("usr/lib/python3.13/site-packages/x-1.dist-info/METADATA", b"Name: x\nVersion: 1\n")]
-    found = lab_image.debian_distributions(entries)
+    found = debian_python.debian_distributions(entries)
     assert {n: d.version for n, d in found.items()} == {"numpy": "2.2.4", "torch": "2.6.0+debian", "six": "1.17.0",
                                                          "pyyaml": "6.0.2"}
 
@@ -165,9 +165,9 @@ def test_the_ca_bundle_is_every_certificate_sorted_as_update_ca_certificates_wri
     entries = [Entry("usr/share/ca-certificates/mozilla/B.crt", b"-----B-----\n"),
                Entry("usr/share/ca-certificates/mozilla/A.crt", b"-----A-----"),
                Entry("usr/share/doc/ca-certificates/copyright", b"MPL")]
-    assert lab_image.ca_bundle(entries) == b"-----A-----\n-----B-----\n"
+    assert debian_python.ca_bundle(entries) == b"-----A-----\n-----B-----\n"
     with pytest.raises(ImageError, match="ships no certificate"):
-        lab_image.ca_bundle(entries[2:])
+        debian_python.ca_bundle(entries[2:])
 
 
 def test_the_image_runs_as_the_runtimes_user_and_says_what_it_stands_in_for() -> None:

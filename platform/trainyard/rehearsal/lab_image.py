@@ -54,29 +54,37 @@ this recipe: a warm build reads neither a package nor a wheel.
 
 from __future__ import annotations
 
-import email.parser
 import hashlib
 import re
 import sys
-import tempfile
-import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from packaging.markers import Marker
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.version import InvalidVersion, Version
-
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.runtimes import containers_of, read_runtime_file
 from trainyard.rehearsal import base_layer, debian, wheels
+from trainyard.rehearsal.debian_python import (
+    CA_BUNDLE,
+    CA_CERTIFICATES,
+    DEBIAN_PATH,
+    MULTIARCH,
+    NSSWITCH,
+    ca_bundle,
+    check_closure,
+    debian_distributions,
+    lock_on_debian,
+    python_full_version,
+    wheel_distribution,
+    wheel_target,
+)
 from trainyard.rehearsal.image_cache import BuiltImage, cached_build, layer_key, recipe_key
 from trainyard.rehearsal.images import Entry, ImageError, Layer
 from trainyard.rehearsal.torch_use_libuv import IMAGE_MODULE
 from trainyard.supply.reference import ImageRef, ReferenceError
 
 COMPONENT = "lora-peft"
+IMAGE = "the lab image"  # how errors name it
 RUNTIME, CONTAINER = "lora-peft", "node"  # runtimes/lora-peft.yaml: the container that runs the program
 PINS = Path(__file__).resolve().parent / "pins"
 DEBIAN_PIN_FILE = PINS / "lab-torch-trixie.txt"
@@ -86,20 +94,10 @@ PROGRAMS_IN_IMAGE = "opt/trainyard/programs"
 USER = 1000  # the Containerfile's USER and the runtime's runAsUser/runAsGroup
 PYTHON = "3.13"
 INTERPRETER = f"/usr/bin/python{PYTHON}"
-DEBIAN_SITE = "usr/lib/python3/dist-packages"
-DEBIAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # debian:trixie-slim's ENV PATH
-MULTIARCH = "usr/lib/x86_64-linux-gnu"
 # The alternatives the closure's maintainer scripts would make (update-alternatives --install LINK NAME PATH):
 # libblas3's and liblapack3's postinst (3.12.1-6). dpkg links LINK -> /etc/alternatives/NAME -> PATH.
 ALTERNATIVES = ((f"{MULTIARCH}/libblas.so.3", "libblas.so.3-x86_64-linux-gnu", f"{MULTIARCH}/blas/libblas.so.3"),
                 (f"{MULTIARCH}/liblapack.so.3", "liblapack.so.3-x86_64-linux-gnu", f"{MULTIARCH}/lapack/liblapack.so.3"))
-# Debian libc-bin's /etc/nsswitch.conf (what its postinst installs from /usr/share/libc-bin/nsswitch.conf), the
-# lookups a Python program makes: users and groups from /etc, hosts from /etc/hosts (the kubelet's) then DNS.
-NSSWITCH = b"passwd:         files\ngroup:          files\nshadow:         files\nhosts:          files dns\n" \
-           b"networks:       files\nprotocols:      db files\nservices:       db files\n"
-CA_CERTIFICATES = "ca-certificates"
-CA_BUNDLE = "etc/ssl/certs/ca-certificates.crt"
-STUB_LABEL = "debian"  # the local version label of the stand-ins ``lock`` gives pip for Debian's distributions
 
 
 @dataclass(frozen=True)
@@ -193,101 +191,7 @@ def check_production_pins(production: Mapping[str, str], locked: Sequence[wheels
                          "`python -m trainyard.rehearsal.lab_image lock`")
 
 
-# ------------------------------------------------------------------------------------------ Python distributions
-
-
-@dataclass(frozen=True)
-class Distribution:
-    """A Python distribution as its metadata says: name, version, and its requirements (``Requires-Dist``)."""
-
-    name: str
-    version: str
-    requires: tuple[str, ...] = ()
-
-
-def parse_metadata(text: str) -> Distribution:
-    """A ``METADATA`` / ``PKG-INFO`` file (RFC 822 headers, core metadata)."""
-    headers = email.parser.Parser().parsestr(text, headersonly=True)
-    name, version = headers.get("Name"), headers.get("Version")
-    if not name or not version:
-        raise ImageError("Python metadata without Name or Version")
-    return Distribution(wheels.canonical(name), version, tuple(headers.get_all("Requires-Dist") or ()))
-
-
-def debian_distributions(entries: Iterable[Entry]) -> dict[str, Distribution]:
-    """The distributions Debian's packages install in ``/usr/lib/python3/dist-packages`` (dist-info or egg-info)."""
-    out = {}
-    for entry in entries:
-        path = PurePosixPath(entry.path)
-        if entry.data is None or DEBIAN_SITE not in (str(path.parent.parent), str(path.parent)):
-            continue
-        metadata = (path.name == "METADATA" and path.parent.name.endswith(".dist-info")) or \
-                   (path.name == "PKG-INFO" and path.parent.name.endswith(".egg-info")) or \
-                   (path.name.endswith(".egg-info") and str(path.parent) == DEBIAN_SITE)
-        if metadata:
-            found = parse_metadata(entry.data.decode("utf-8", errors="replace"))
-            out[found.name] = Distribution(found.name, found.version)  # Debian's apt closure holds their needs
-    return out
-
-
-def wheel_distribution(wheel: Path) -> Distribution:
-    with zipfile.ZipFile(wheel) as archive:
-        name = next((n for n in archive.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
-        if name is None:
-            raise ImageError(f"{wheel.name}: no .dist-info/METADATA")
-        return parse_metadata(archive.read(name).decode("utf-8"))
-
-
-def environment(python_full: str) -> dict[str, str]:
-    """PEP 508 marker values of the image's interpreter (CPython on Linux x86-64)."""
-    return {"implementation_name": "cpython", "implementation_version": python_full, "os_name": "posix",
-            "platform_machine": "x86_64", "platform_python_implementation": "CPython", "platform_release": "",
-            "platform_system": "Linux", "platform_version": "", "python_full_version": python_full,
-            "python_version": ".".join(python_full.split(".")[:2]), "sys_platform": "linux", "extra": ""}
-
-
-def check_closure(installed: Sequence[Distribution], provided: Mapping[str, Distribution], python_full: str) -> None:
-    """Every requirement of every installed wheel (extras not asked for are skipped) is met by a wheel or by
-    Debian's layer; no wheel is also one of Debian's (it would shadow it)."""
-    env = environment(python_full)
-    shadow = sorted(d.name for d in installed if d.name in provided)
-    everything = {**provided, **{d.name: d for d in installed}}
-    problems = [f"{name} is both a wheel and Debian's {provided[name].version}: the wheel would shadow it"
-                for name in shadow]
-    for dist in installed:
-        for line in dist.requires:
-            try:
-                requirement = Requirement(line)
-            except InvalidRequirement:
-                problems.append(f"{dist.name} {dist.version}: unreadable requirement {line!r}")
-                continue
-            if requirement.marker is not None and not Marker(str(requirement.marker)).evaluate(env):
-                continue
-            have = everything.get(wheels.canonical(requirement.name))
-            if have is None:
-                problems.append(f"{dist.name} {dist.version} needs {line!r}: neither a wheel nor Debian's")
-                continue
-            try:
-                ok = requirement.specifier.contains(Version(have.version), prereleases=True)
-            except InvalidVersion:
-                ok = False
-            if not ok:
-                source = "Debian's" if have.name in provided else "the wheel"
-                problems.append(f"{dist.name} {dist.version} needs {line!r}: {source} {have.name} is {have.version}")
-    if problems:
-        raise ImageError("the lab image's Python distributions do not fit together:\n  " + "\n  ".join(problems))
-
-
 # ------------------------------------------------------------------------------------------ layers
-
-
-def wheel_target(pins: debian.PinFile, python: str) -> wheels.Target:
-    """Wheels for the pinned CPython on the pinned glibc (libc6 ``2.41-...`` -> manylinux_2_41)."""
-    libc = next((p.version for p in pins.pins if p.name == "libc6"), None)
-    match = re.match(r"(\d+)\.(\d+)", libc or "")
-    if match is None:
-        raise ImageError(f"{DEBIAN_PIN_FILE.name} pins no libc6")
-    return wheels.Target(python, f"/usr/bin/python{python}", (int(match.group(1)), int(match.group(2))))
 
 
 def system_entries() -> list[Entry]:
@@ -306,15 +210,6 @@ def check_alternatives(entries: Iterable[Entry]) -> None:
     if missing:
         raise ImageError(f"the alternatives point at {', '.join('/' + p for p in missing)}, which no pinned package "
                          "ships: ALTERNATIVES follows libblas3's and liblapack3's postinst")
-
-
-def ca_bundle(entries: Iterable[Entry]) -> bytes:
-    """``update-ca-certificates`` over the package's defaults: every ``.crt`` under /usr/share/ca-certificates, sorted."""
-    certificates = sorted((e for e in entries if e.data is not None and e.path.startswith("usr/share/ca-certificates/")
-                           and e.path.endswith(".crt")), key=lambda e: e.path)
-    if not certificates:
-        raise ImageError(f"{CA_CERTIFICATES} ships no certificate")
-    return b"".join(e.data if e.data.endswith(b"\n") else e.data + b"\n" for e in certificates if e.data is not None)
 
 
 def user_layer(bundle: bytes) -> Layer:
@@ -389,11 +284,6 @@ def image_config(name: ImageRef, stand_in: StandIn, pins: debian.PinFile, locked
     }
 
 
-def python_full_version(pins: debian.PinFile, python: str) -> str:
-    """``3.13.5`` from python3.13's Debian version ``3.13.5-2+deb13u5``."""
-    return pins.version_of(f"python{python}").split("-")[0]
-
-
 def build(config: PlatformConfig, project: Path, cache: Path, deb_cache: Path | None = None,
           wheel_cache: Path | None = None, apt_cache: Path | None = None) -> BuiltImage:
     """The lab's CPU image of the lora-peft runtime (or the cached one of the same inputs)."""
@@ -410,7 +300,7 @@ def build(config: PlatformConfig, project: Path, cache: Path, deb_cache: Path | 
                             production, pins)
     locked = wheels.read_lock(WHEEL_LOCK)
     check_production_pins(production, locked)
-    target = wheel_target(pins, stand_in.python)
+    target = wheel_target(pins, stand_in.python, DEBIAN_PIN_FILE.name)
     suite = debian.SuiteRoot.of(pins.suite, apt_cache)
     program = program_layer(programs)
     config_doc = image_config(name, stand_in, pins, locked, program_sha256(programs))
@@ -425,7 +315,7 @@ def build(config: PlatformConfig, project: Path, cache: Path, deb_cache: Path | 
         check_alternatives(packages.entries)
         fetched = wheels.fetch(locked, target, wheel_cache)
         check_closure([wheel_distribution(fetched[p]) for p in locked], debian_distributions(packages.entries),
-                      python_full_version(pins, stand_in.python))
+                      python_full_version(pins, stand_in.python), IMAGE)
         libraries = wheels.wheels_layer(locked, target, WHEEL_LOCK.name, wheel_cache)
         ca_deb = debian.fetch_all([ca_pin], deb_cache, suite)[ca_pin].read_bytes()
         return [packages, libraries, libuv_layer(target.site_packages), program,
@@ -445,55 +335,16 @@ def build(config: PlatformConfig, project: Path, cache: Path, deb_cache: Path | 
 # ------------------------------------------------------------------------------------------ locking
 
 
-def stub_wheel(directory: Path, dist: Distribution) -> str:
-    """A wheel with nothing but metadata standing for Debian's ``dist`` while pip resolves (version ``+debian``)."""
-    version = Version(dist.version)
-    stub = f"{version.public}+{STUB_LABEL}"
-    project = re.sub(r"[-.]+", "_", dist.name)
-    info = f"{project}-{stub}.dist-info"
-    files = {f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist.name}\nVersion: {stub}\n",
-             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: trainyard\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in files) + f"{info}/RECORD,,\n"
-    with zipfile.ZipFile(directory / f"{project}-{stub}-py3-none-any.whl", "w") as archive:
-        for path, text in files.items():
-            archive.writestr(path, text)
-    return f"{dist.name}=={stub}"
-
-
 def lock(project: Path, deb_cache: Path | None = None, apt_cache: Path | None = None) -> str:
     """The wheel lock: requirements.txt less torch, resolved by pip for the image's CPython with Debian's
-    distributions as installed (stand-in wheels pinned by constraint), less those stand-ins."""
-    import subprocess
-
+    distributions as installed (``debian_python.lock_on_debian``)."""
     pins = debian.read_pins(DEBIAN_PIN_FILE)
     python = next(iter(STAND_INS.values())).python
-    target = wheel_target(pins, python)
-    debs = debian.fetch_all(pins.pins, deb_cache, debian.SuiteRoot.of(pins.suite, apt_cache))
-    provided: dict[str, Distribution] = {}
-    for pin in pins.pins:
-        provided |= debian_distributions(e for e in debian.data_entries(debs[pin].read_bytes())
-                                         if e.path.startswith(DEBIAN_SITE))
+    target = wheel_target(pins, python, DEBIAN_PIN_FILE.name)
     production = requirement_pins((project / PROGRAMS / "requirements.txt").read_text(encoding="utf-8"),
                                   "requirements.txt")
-    with tempfile.TemporaryDirectory(prefix="trainyard-lab-lock-") as work:
-        stubs, dest = Path(work) / "debian", Path(work) / "wheels"
-        stubs.mkdir()
-        constraints = [stub_wheel(stubs, dist) for dist in provided.values()]
-        (Path(work) / "constraints.txt").write_text("\n".join(constraints) + "\n")
-        (Path(work) / "requirements.txt").write_text("".join(f"{n}=={v}\n" for n, v in production.items()
-                                                             if n != "torch"))
-        command = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                   *target.pip_arguments(), "--find-links", str(stubs), "--dest", str(dest),
-                   "-c", str(Path(work) / "constraints.txt"), "-r", str(Path(work) / "requirements.txt")]
-        result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=1800)  # noqa: S603
-        if result.returncode != 0:
-            raise ImageError(f"pip could not resolve the program's requirements on Debian's distributions:\n"
-                             f"{(result.stderr or result.stdout)[-2500:]}")
-        found = [(wheel_distribution(path), path) for path in sorted(dest.glob("*.whl"))]
-        chosen = [(dist, path) for dist, path in found if not dist.version.endswith(f"+{STUB_LABEL}")]
-        check_closure([d for d, _ in chosen], provided, python_full_version(pins, python))
-        body = "".join(f"{d.name}=={d.version} \\\n    --hash=sha256:{hashlib.sha256(p.read_bytes()).hexdigest()}\n"
-                       for d, p in sorted(chosen, key=lambda c: c[0].name))
+    body = lock_on_debian([f"{n}=={v}" for n, v in production.items() if n != "torch"], pins, python, IMAGE,
+                          deb_cache, apt_cache)
     return (f"# The wheels the lab image (rehearsal/lab_image.py) adds to Debian {pins.suite}'s python3-torch: "
             f"runtimes/programs/requirements.txt\n# less torch, and what they need that Debian's layer "
             f"({DEBIAN_PIN_FILE.name}) does not provide, for CPython {python} on glibc "

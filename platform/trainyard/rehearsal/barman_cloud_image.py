@@ -1,0 +1,258 @@
+"""The barman-cloud CNPG-I plugin's two images, built here: the plugin (operator side) and the sidecar it injects.
+
+CloudNativePG archives WAL and takes base backups through the plugin (``manifests/mlflow.py``: the Cluster's
+``plugins`` entry, the ``ObjectStore``, ``ScheduledBackup`` with ``method: plugin``). Upstream publishes
+``ghcr.io/cloudnative-pg/plugin-barman-cloud`` and ``...-sidecar`` (``catalog.BARMAN_CLOUD_IMAGES``), which cannot be
+pulled here; both are made from the plugin's module (``tools/build.sh barman-cloud``: its ``cmd/manager``, one binary
+for ``operator``, ``instance`` and ``restore``, built as upstream's Dockerfiles build it) and, for the sidecar, from
+Debian trixie and PyPI. Read in plugin-barman-cloud@v0.15.0:
+
+- **plugin** (containers/Dockerfile.plugin): ``FROM registry.access.redhat.com/ubi9/ubi-micro``, ``WORKDIR /``,
+  ``COPY manager /manager``, ``USER 65532:65532``, ``ENTRYPOINT ["/manager"]``. The binary is static (CGO_ENABLED=0):
+  here it sits on the factory's distroless ``static:nonroot`` files (``base_layer.py``) instead of UBI micro, which
+  adds a libc the binary never loads.
+- **sidecar** (containers/Dockerfile.sidecar): the same ``/manager`` on ``gcr.io/distroless/python3-debian13:nonroot``
+  (CPython 3.13), a virtualenv ``/venv`` of ``containers/sidecar-requirements.txt`` (barman 3.20.0 with its cloud,
+  Azure, Google, snappy, zstandard and lz4 extras: ``barman-cloud-backup``, ``-wal-archive``, ``-restore``,
+  ``-wal-restore``, which the instance sidecar runs by name from ``PATH``), trixie's ``libpq5``, ``liblz4-1``,
+  ``libsnappy1v5`` and ``tar``, ``USER 26:26`` (PostgreSQL's uid in CloudNativePG's pods), ``ENTRYPOINT
+  ["/manager"]``. Here: Debian trixie's own ``python3`` (3.13.5) and ``python3-psycopg2`` with those libraries
+  (``pins/barman-cloud-trixie.txt``, slim), and the wheels of every other pin of that file at its version
+  (``pins/barman-cloud.lock``: ``debian_python.lock_on_debian``) in ``/usr/local/lib/python3.13/dist-packages``, their
+  scripts in ``/usr/local/bin``, on Debian's ``PATH``. **Differences, named**: psycopg2 is Debian's 2.9.10 where
+  upstream compiles 2.9.12 from source against apt.postgresql.org's libpq (barman needs ``psycopg2>=2.4.2``; no
+  compiler runs in the factory), and there is no virtualenv (``/usr/local`` is where the factory's wheels go).
+
+Both are cached like the factory's other images (``image_cache``), keyed by the binary, the pins and this recipe.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from trainyard import catalog
+from trainyard.config.model import PlatformConfig
+from trainyard.rehearsal import base_layer, debian, wheels
+from trainyard.rehearsal.debian_python import (
+    CA_BUNDLE,
+    CA_CERTIFICATES,
+    DEBIAN_PATH,
+    NSSWITCH,
+    ca_bundle,
+    check_closure,
+    debian_distributions,
+    lock_on_debian,
+    python_full_version,
+    wheel_distribution,
+    wheel_target,
+)
+from trainyard.rehearsal.image_cache import BuiltImage, cached_build, cached_layout, layer_key, recipe_key
+from trainyard.rehearsal.images import Entry, ImageError, Layer, is_static_elf
+from trainyard.supply.reference import ImageRef, mirrored
+
+COMPONENT = "barman-cloud"  # the factory's name for both images (not a chart: the site installs the plugin)
+TOOL, BINARY = "barman-cloud", "barman-cloud-manager"  # tools/build.sh
+FILES_TOOL = "barman-cloud-crd"  # tools/build.sh's copy of the module's files: the CRD, manifest.yaml, the requirements
+PINS = Path(__file__).resolve().parent / "pins"
+DEBIAN_PIN_FILE = PINS / "barman-cloud-trixie.txt"
+WHEEL_LOCK = PINS / "barman-cloud.lock"
+UPSTREAM_REQUIREMENTS = "containers/sidecar-requirements.txt"  # in the module; share/barman-cloud-crd/ has a copy
+PYTHON = "3.13"
+FROM_DEBIAN = {"psycopg2": "python3-psycopg2"}  # upstream's pins Debian provides instead (the module says why)
+PLUGIN_USER, SIDECAR_UID = "65532:65532", 26
+ENTRYPOINT = "/manager"
+IMAGE = "the barman-cloud sidecar"  # how errors name it
+
+
+def upstream_images() -> dict[str, ImageRef]:
+    """``plugin`` and ``sidecar``: the upstream images the catalog pins."""
+    return {role: ImageRef(i.registry, i.repository, i.tag) for role, i in catalog.BARMAN_CLOUD_IMAGES}
+
+
+def targets(config: PlatformConfig) -> dict[str, ImageRef]:
+    """The names the two images are pushed under: upstream's under the stack's mirror (refused without one)."""
+    mirror = config.images.registry_mirror
+    if mirror is None:
+        raise ImageError("the stack sets no images.registry_mirror: the barman-cloud images built here are not "
+                         "upstream's and must not be pushed under upstream's names")
+    return {role: mirrored(image, mirror) for role, image in upstream_images().items()}
+
+
+def plugin_binary(tools_dir: Path) -> bytes:
+    """``tools/build.sh barman-cloud``'s binary, refused unless a static x86-64 ELF of the pinned version."""
+    path = tools_dir / "bin" / BINARY
+    if not path.is_file():
+        raise ImageError(f"{path} not found: build it with `tools/build.sh {TOOL}`")
+    version_file = tools_dir / "share" / TOOL / "VERSION"
+    built = version_file.read_text(encoding="utf-8").strip() if version_file.is_file() else None
+    if built != catalog.BARMAN_CLOUD_PLUGIN_VERSION:
+        raise ImageError(f"{path} was built from {catalog.BARMAN_CLOUD_PLUGIN_MODULE}@{built or '?'}, the catalog pins "
+                         f"{catalog.BARMAN_CLOUD_PLUGIN_VERSION}: rebuild it with `tools/build.sh {TOOL}`")
+    data = path.read_bytes()
+    if not is_static_elf(data):
+        raise ImageError(f"{path} is not a static x86-64 ELF executable: build it with `tools/build.sh {TOOL}` "
+                         "(CGO_ENABLED=0)")
+    return data
+
+
+def manager_layer(binary: bytes) -> Layer:
+    return Layer((Entry("manager", binary, mode=0o755),),
+                 f"COPY /manager: {BINARY} built by tools/build.sh from {catalog.BARMAN_CLOUD_PLUGIN_MODULE}@"
+                 f"{catalog.BARMAN_CLOUD_PLUGIN_VERSION} ./cmd/manager (CGO_ENABLED=0, -trimpath)")
+
+
+def _labels(upstream: ImageRef, built_from: str) -> dict[str, str]:
+    return {"org.opencontainers.image.version": str(upstream.tag), "dev.trainyard.upstream-image": str(upstream),
+            "dev.trainyard.built-from": built_from}
+
+
+def plugin_config(upstream: ImageRef) -> dict[str, object]:
+    return {"Entrypoint": [ENTRYPOINT], "Env": list(base_layer.ENV), "User": PLUGIN_USER, "WorkingDir": "/",
+            "Labels": _labels(upstream, f"{catalog.BARMAN_CLOUD_PLUGIN_MODULE}@{upstream.tag} ./cmd/manager "
+                                        "(containers/Dockerfile.plugin)")}
+
+
+# ------------------------------------------------------------------------------------------ the sidecar's Python
+
+
+def upstream_pins(text: str, source: str) -> dict[str, str]:
+    """``name -> version`` of a pip-compile'd requirements file (``name==version \\`` lines, hashes skipped)."""
+    pins: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip().rstrip("\\").strip()
+        if not line or line.startswith("--"):
+            continue
+        name, sep, version = line.partition("==")
+        if not sep or not version.strip() or " " in version.strip():
+            raise ImageError(f"{source}:{number}: {line!r} is not an exact `name==version` pin")
+        pins[wheels.canonical(name.split("[")[0].strip())] = version.strip()
+    if "barman" not in pins:
+        raise ImageError(f"{source}: pins no barman")
+    return pins
+
+
+def check_upstream_pins(upstream: dict[str, str], locked: Sequence[wheels.WheelPin]) -> None:
+    """Every upstream pin is in the lock at its version, but those Debian provides (``FROM_DEBIAN``)."""
+    have = {p.name: p.version for p in locked}
+    problems = [f"{name}=={version}: the lock has {have.get(name, 'none')}" for name, version in sorted(upstream.items())
+                if name not in FROM_DEBIAN and have.get(name) != version]
+    problems += [f"{name} is a wheel in the lock: Debian's {package} stands for it" for name, package in
+                 FROM_DEBIAN.items() if name in have]
+    if problems:
+        raise ImageError(f"{WHEEL_LOCK.name} is not {UPSTREAM_REQUIREMENTS} of plugin-barman-cloud@"
+                         f"{catalog.BARMAN_CLOUD_PLUGIN_VERSION} (`python -m trainyard.rehearsal.barman_cloud_image lock "
+                         "REQUIREMENTS` rewrites it):\n  " + "\n  ".join(problems))
+
+
+def check_debian_stands_in(pins: debian.PinFile) -> None:
+    missing = [package for package in FROM_DEBIAN.values() if package not in {p.name for p in pins.pins}]
+    if missing:
+        raise ImageError(f"{DEBIAN_PIN_FILE.name} pins no {', '.join(missing)}, which stands for upstream's pin")
+
+
+def sidecar_user_layer(bundle: bytes) -> Layer:
+    """distroless's passwd and group (no entry for 26, as upstream's image has none), /tmp, nsswitch.conf, CA bundle."""
+    entries = (Entry("etc", mode=0o755), Entry("etc/passwd", base_layer.PASSWD.encode(), mode=0o644),
+               Entry("etc/group", base_layer.GROUP.encode(), mode=0o644), Entry("etc/nsswitch.conf", NSSWITCH, mode=0o644),
+               Entry("etc/ssl", mode=0o755), Entry("etc/ssl/certs", mode=0o755), Entry(CA_BUNDLE, bundle, mode=0o644),
+               Entry("tmp", mode=0o1777))
+    return Layer(entries, "distroless passwd/group, /tmp, nsswitch.conf, the CA bundle of the pinned ca-certificates")
+
+
+def sidecar_config(upstream: ImageRef, pins: debian.PinFile, locked: Sequence[wheels.WheelPin]) -> dict[str, object]:
+    versions = {p.name: p.version for p in pins.pins}
+    barman = next(p.version for p in locked if p.name == "barman")
+    return {"Entrypoint": [ENTRYPOINT], "Env": [f"PATH={DEBIAN_PATH}", "LANG=C.UTF-8", f"SSL_CERT_FILE=/{CA_BUNDLE}"],
+            "User": f"{SIDECAR_UID}:{SIDECAR_UID}", "WorkingDir": "/",
+            "Labels": {**_labels(upstream, f"{catalog.BARMAN_CLOUD_PLUGIN_MODULE}@{upstream.tag} ./cmd/manager, "
+                                           f"{DEBIAN_PIN_FILE.name} ({len(pins.pins)} Debian packages), "
+                                           f"{WHEEL_LOCK.name} ({len(locked)} wheels, barman {barman})"),
+                       "dev.trainyard.differs": f"psycopg2 is Debian's python3-psycopg2 {versions['python3-psycopg2']}; "
+                                                f"CPython {PYTHON} is Debian's python{PYTHON} "
+                                                f"{versions[f'python{PYTHON}']}; no /venv (wheels in /usr/local)"}}
+
+
+def build(config: PlatformConfig, tools_dir: Path, cache: Path, deb_cache: Path | None = None,
+          wheel_cache: Path | None = None, apt_cache: Path | None = None) -> list[BuiltImage]:
+    """The plugin's image and the sidecar's (or the cached ones of the same inputs)."""
+    names, upstream = targets(config), upstream_images()
+    binary = plugin_binary(tools_dir)
+    requirements = tools_dir / "share" / FILES_TOOL / UPSTREAM_REQUIREMENTS
+    try:
+        production = upstream_pins(requirements.read_text(encoding="utf-8"), str(requirements))
+    except OSError as exc:
+        raise ImageError(f"{requirements}: {exc.strerror}: `tools/build.sh {FILES_TOOL}` copies it out of the module") from None
+    pins = debian.read_pins(DEBIAN_PIN_FILE)
+    check_debian_stands_in(pins)
+    locked = wheels.read_lock(WHEEL_LOCK)
+    check_upstream_pins(production, locked)
+    target = wheel_target(pins, PYTHON, DEBIAN_PIN_FILE.name)
+    suite = debian.SuiteRoot.of(pins.suite, apt_cache)
+    ca_pin = next((p for p in pins.pins if p.name == CA_CERTIFICATES), None)
+    if ca_pin is None:
+        raise ImageError(f"{DEBIAN_PIN_FILE.name} pins no {CA_CERTIFICATES}")
+    manager = manager_layer(binary)
+
+    plugin_layout, plugin_digest, plugin_cached = cached_layout(
+        cache, [base_layer.base_layer(), manager], plugin_config(upstream["plugin"]))
+    created_by = f"Debian {pins.suite}: the closure of {' '.join(pins.roots)} ({DEBIAN_PIN_FILE.name}, " \
+                 f"{len(pins.pins)} packages), slim"
+    links = debian.merged_usr_links([])
+
+    def layers() -> list[Layer]:
+        packages = debian.package_layer(pins.pins, created_by, deb_cache, extra=links, suite=suite, slim=True)
+        fetched = wheels.fetch(locked, target, wheel_cache)
+        check_closure([wheel_distribution(fetched[p]) for p in locked], debian_distributions(packages.entries),
+                      python_full_version(pins, PYTHON), IMAGE)
+        python = wheels.wheels_layer(locked, target, WHEEL_LOCK.name, wheel_cache)
+        ca_deb = debian.fetch_all([ca_pin], deb_cache, suite)[ca_pin].read_bytes()
+        return [packages, python, manager, sidecar_user_layer(ca_bundle(debian.data_entries(ca_deb)))]
+
+    config_doc = sidecar_config(upstream["sidecar"], pins, locked)
+    parts = [{"debs": debian.pins_key(pins.pins), "suite": pins.suite, "slim": True, "created_by": created_by,
+              "extra": layer_key(Layer(tuple(links), ""))},
+             {"wheels": wheels.pins_key(locked), "into": target.site_packages, "interpreter": target.interpreter},
+             layer_key(manager), {"user": layer_key(sidecar_user_layer(b"")), "ca-bundle-of": debian.pins_key([ca_pin])}]
+    sidecar_layout, sidecar_digest, sidecar_cached = cached_build(cache, recipe_key(parts, config_doc), layers, config_doc)
+    return [BuiltImage(COMPONENT, names["plugin"], upstream["plugin"], plugin_layout, plugin_digest, plugin_cached),
+            BuiltImage(COMPONENT, names["sidecar"], upstream["sidecar"], sidecar_layout, sidecar_digest, sidecar_cached,
+                       note=f"Debian's psycopg2 and CPython {PYTHON}, wheels in /usr/local")]
+
+
+# ------------------------------------------------------------------------------------------ locking
+
+
+def lock(requirements: Path, deb_cache: Path | None = None, apt_cache: Path | None = None) -> str:
+    """The sidecar's wheel lock: upstream's pins (``requirements``) but those Debian provides, resolved on Debian's."""
+    production = upstream_pins(requirements.read_text(encoding="utf-8"), str(requirements))
+    pins = debian.read_pins(DEBIAN_PIN_FILE)
+    check_debian_stands_in(pins)
+    target = wheel_target(pins, PYTHON, DEBIAN_PIN_FILE.name)
+    body = lock_on_debian([f"{n}=={v}" for n, v in production.items() if n not in FROM_DEBIAN], pins, PYTHON, IMAGE,
+                          deb_cache, apt_cache)
+    return (f"# The wheels the barman-cloud sidecar (rehearsal/barman_cloud_image.py) adds to Debian {pins.suite}'s "
+            f"python3 and python3-psycopg2:\n# {UPSTREAM_REQUIREMENTS} of plugin-barman-cloud@"
+            f"{catalog.BARMAN_CLOUD_PLUGIN_VERSION} less psycopg2, for CPython {PYTHON} on glibc "
+            f"{target.glibc[0]}.{target.glibc[1]} (x86-64).\n# Written by `python -m trainyard.rehearsal."
+            "barman_cloud_image lock REQUIREMENTS`; the image factory installs exactly these files.\n" + body)
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m trainyard.rehearsal.barman_cloud_image lock REQUIREMENTS``: rewrite pins/barman-cloud.lock."""
+    if len(argv) != 2 or argv[0] != "lock":
+        print("usage: python -m trainyard.rehearsal.barman_cloud_image lock "
+              f"TOOLS_DIR/share/{FILES_TOOL}/{UPSTREAM_REQUIREMENTS}", file=sys.stderr)
+        return 2
+    try:
+        WHEEL_LOCK.write_text(lock(Path(argv[1])), encoding="utf-8")
+    except (ImageError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{WHEEL_LOCK}: {len(wheels.read_lock(WHEEL_LOCK))} wheels")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
