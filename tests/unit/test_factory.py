@@ -200,7 +200,7 @@ def test_a_cloudnative_pg_binary_of_another_version_is_refused(tmp_path: Path, d
                                                               config: PlatformConfig) -> None:
     tools = _tools(tmp_path / "tools", config)
     (tools / "share" / "cnpg" / "VERSION").write_text("v1.29.1\n")
-    with pytest.raises(ImageError, match=r"cloudnative-pg@v1.29.1, but the stack pins 1.30.0"):
+    with pytest.raises(ImageError, match=r"cloudnative-pg@v1.29.1, but the stack pins v1.30.0"):
         factory.build_controller_images(config, tools, tmp_path / "cache", components=["cnpg"], root=debian)
 
 

@@ -74,7 +74,7 @@ def test_only_the_recorded_stand_in_is_built_for_the_stacks_seaweedfs_tag(tmp_pa
     (tools / "bin" / "weed").write_bytes(tiny_elf())
     (tools / "share" / "seaweedfs" / "VERSION").write_text("v0.0.0-20250101000000-000000000000\n")
     with pytest.raises(ImageError, match=r"built from github.com/seaweedfs/seaweedfs@v0.0.0-20250101000000-000000000000, "
-                                         r"the image recipe expects v0.0.0-20261109003541-7506e5f91cd6"):
+                                         r"but the image recipe expects v0.0.0-20261109003541-7506e5f91cd6"):
         seaweedfs_image.weed_binary(tools, STAND_IN)
     (tools / "share" / "seaweedfs" / "VERSION").write_text(STAND_IN.module_version + "\n")
     (tools / "bin" / "weed").write_bytes(tiny_elf(interpreter=True))

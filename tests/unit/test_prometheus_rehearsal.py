@@ -89,9 +89,9 @@ def test_only_the_recorded_stand_in_is_built_for_the_operators_default(tmp_path:
 
 def test_binaries_of_another_version_or_not_static_are_refused(tmp_path: Path) -> None:
     config = _config(tmp_path)
-    with pytest.raises(ImageError, match=r"was built from v0.92.0, the image recipe expects v0.93.0"):
+    with pytest.raises(ImageError, match=r"was built from v0.92.0, but the image recipe expects v0.93.0"):
         prometheus_images.build(config, _tools(tmp_path / "a", operator_version="v0.92.0"), tmp_path / "cache")
-    with pytest.raises(ImageError, match=r"built from github.com/prometheus/prometheus@v0.313.1, the image recipe "
+    with pytest.raises(ImageError, match=r"built from github.com/prometheus/prometheus@v0.313.1, but the image recipe "
                                          r"expects github.com/prometheus/prometheus@v0.316.0"):
         prometheus_images.build(config, _tools(tmp_path / "b", prometheus_module="github.com/prometheus/prometheus@v0.313.1"),
                                 tmp_path / "cache")

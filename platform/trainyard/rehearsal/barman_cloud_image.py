@@ -49,7 +49,7 @@ from trainyard.rehearsal.debian_python import (
     wheel_target,
 )
 from trainyard.rehearsal.image_cache import BuiltImage, cached_build, cached_layout, layer_key, recipe_key
-from trainyard.rehearsal.images import Entry, ImageError, Layer, is_static_elf
+from trainyard.rehearsal.images import Entry, ImageError, Layer, tool_binary
 from trainyard.supply.reference import ImageRef, mirrored
 
 COMPONENT = "barman-cloud"  # the factory's name for both images (not a chart: the site installs the plugin)
@@ -82,19 +82,8 @@ def targets(config: PlatformConfig) -> dict[str, ImageRef]:
 
 def plugin_binary(tools_dir: Path) -> bytes:
     """``tools/build.sh barman-cloud``'s binary, refused unless a static x86-64 ELF of the pinned version."""
-    path = tools_dir / "bin" / BINARY
-    if not path.is_file():
-        raise ImageError(f"{path} not found: build it with `tools/build.sh {TOOL}`")
-    version_file = tools_dir / "share" / TOOL / "VERSION"
-    built = version_file.read_text(encoding="utf-8").strip() if version_file.is_file() else None
-    if built != catalog.BARMAN_CLOUD_PLUGIN_VERSION:
-        raise ImageError(f"{path} was built from {catalog.BARMAN_CLOUD_PLUGIN_MODULE}@{built or '?'}, the catalog pins "
-                         f"{catalog.BARMAN_CLOUD_PLUGIN_VERSION}: rebuild it with `tools/build.sh {TOOL}`")
-    data = path.read_bytes()
-    if not is_static_elf(data):
-        raise ImageError(f"{path} is not a static x86-64 ELF executable: build it with `tools/build.sh {TOOL}` "
-                         "(CGO_ENABLED=0)")
-    return data
+    return tool_binary(tools_dir, BINARY, TOOL, catalog.BARMAN_CLOUD_PLUGIN_VERSION,
+                       source=f"{catalog.BARMAN_CLOUD_PLUGIN_MODULE}@", pinned_by="the catalog pins")
 
 
 def manager_layer(binary: bytes) -> Layer:

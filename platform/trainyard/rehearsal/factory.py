@@ -77,7 +77,7 @@ from trainyard.rehearsal.image_cache import (
 from trainyard.rehearsal.image_cache import (
     targets as _targets,
 )
-from trainyard.rehearsal.images import MANIFEST, Entry, ImageError, Layer, is_static_elf
+from trainyard.rehearsal.images import MANIFEST, Entry, ImageError, Layer, tool_binary
 from trainyard.supply.lock import DEFAULT_LOCK_FILE, LockFileError
 from trainyard.supply.lock_refresh import LockRefresh, refresh
 from trainyard.supply.reference import ImageRef, mirrored
@@ -165,21 +165,7 @@ def recipe_target(config: PlatformConfig, recipe: Recipe) -> ImageRef:
 
 def controller_binary(tools_dir: Path, recipe: Recipe, tag: str) -> bytes:
     """The binary tools/build.sh built for ``recipe``, refused unless it is a static x86-64 ELF of version ``tag``."""
-    path = tools_dir / "bin" / recipe.binary
-    if not path.is_file():
-        raise ImageError(f"{path} not found: build it with `tools/build.sh {recipe.tool}` (or `make cluster-tools`)")
-    version_file = tools_dir / "share" / recipe.tool / "VERSION"
-    built = version_file.read_text(encoding="utf-8").strip() if version_file.is_file() else None
-    if built != recipe.version_prefix + tag:
-        raise ImageError(f"{path} was built from {recipe.module}@{built or '? (no ' + str(version_file) + ')'}, "
-                         f"but the stack pins {tag}: the image's tag must be the binary's version "
-                         f"(tools/build.sh {recipe.tool} builds the version pinned there)")
-    data = path.read_bytes()
-    if not is_static_elf(data):
-        raise ImageError(f"{path} is not a static x86-64 ELF executable (it needs a program interpreter, or is not "
-                         "amd64 ELF at all): the controller image has no libc; build it with CGO_ENABLED=0 "
-                         f"(tools/build.sh {recipe.tool} does)")
-    return data
+    return tool_binary(tools_dir, recipe.binary, recipe.tool, recipe.version_prefix + tag, source=f"{recipe.module}@")
 
 
 def image_config(recipe: Recipe, upstream: ImageRef) -> dict[str, object]:

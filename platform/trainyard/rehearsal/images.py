@@ -199,6 +199,28 @@ def is_static_elf(data: bytes) -> bool:
                for i in range(phnum))
 
 
+def tool_binary(tools_dir: Path, name: str, tool: str, pinned: str | None = None, *, source: str = "",
+                pinned_by: str = "the stack pins") -> bytes:
+    """``bin/<name>`` as ``tools/build.sh TOOL`` left it in ``tools_dir``, refused (saying what to run) unless it is a
+    static x86-64 ELF (an image has no libc for it) and, given ``pinned``, was built from that version
+    (``share/<tool>/VERSION``; ``source`` prefixes what the file says in the message, e.g. the module and ``@``)."""
+    path = tools_dir / "bin" / name
+    if not path.is_file():
+        raise ImageError(f"{path} not found: build it with `tools/build.sh {tool}`")
+    if pinned is not None:
+        version_file = tools_dir / "share" / tool / "VERSION"
+        built = version_file.read_text(encoding="utf-8").strip() if version_file.is_file() else None
+        if built != pinned:
+            raise ImageError(f"{path} was built from {source}{built or '? (no ' + str(version_file) + ')'}, but "
+                             f"{pinned_by} {pinned}: `tools/build.sh {tool}` builds the pinned version")
+    data = path.read_bytes()
+    if not is_static_elf(data):
+        raise ImageError(f"{path} is not a static x86-64 ELF executable (it needs a program interpreter, or is not "
+                         f"amd64 ELF at all): the image has no libc for it; build it with CGO_ENABLED=0 "
+                         f"(`tools/build.sh {tool}` does)")
+    return data
+
+
 def build_pause(source_dir: Path, out: Path) -> Image:
     binary, tag = compile_pause(source_dir, out / "pause-build")
     entries = [Entry("pause", binary)]

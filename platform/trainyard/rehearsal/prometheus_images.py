@@ -51,7 +51,7 @@ from trainyard.config.model import PlatformConfig
 from trainyard.rehearsal import base_layer
 from trainyard.rehearsal.debian import pins_key
 from trainyard.rehearsal.image_cache import BuiltImage, cached_build, layer_key, recipe_key
-from trainyard.rehearsal.images import Entry, ImageError, Layer, is_static_elf
+from trainyard.rehearsal.images import Entry, ImageError, Layer, tool_binary
 from trainyard.rehearsal.seaweedfs_image import BUSYBOX, busybox_layer
 from trainyard.supply.reference import ImageRef, mirrored
 
@@ -60,6 +60,7 @@ PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
 NOBODY = 65534  # busybox's nobody; prometheus-operator's Dockerfile: "On busybox 'nobody' has uid `65534'"
 OPERATOR, RELOADER, PROMETHEUS = "operator", "config-reloader", "prometheus"
 COMPONENT = "monitoring"
+EXPECTS = "the image recipe expects"  # what a binary of another version is told
 DEFAULTS_GO = "pkg/operator/defaults.go"
 
 
@@ -106,22 +107,6 @@ def default_prometheus_version(tools_dir: Path) -> str:
     if not versions:
         raise ImageError(f"{tools_dir / 'share' / 'prometheus-operator' / DEFAULTS_GO}: no PrometheusCompatibilityMatrix")
     return str(versions[-1])
-
-
-def _binary(tools_dir: Path, name: str, tool: str, version_file: str | None, expected: str | None) -> bytes:
-    """``bin/<name>``, refused unless it is a static x86-64 ELF built from ``expected`` (``share/<tool>/VERSION``)."""
-    path = tools_dir / "bin" / name
-    if not path.is_file():
-        raise ImageError(f"{path} not found: build it with `tools/build.sh {tool}`")
-    if version_file is not None:
-        built = _share(tools_dir, tool, version_file).read_text(encoding="utf-8").strip()
-        if built != expected:
-            raise ImageError(f"{path} was built from {built}, the image recipe expects {expected} (tools/build.sh {tool})")
-    data = path.read_bytes()
-    if not is_static_elf(data):
-        raise ImageError(f"{path} is not a static x86-64 ELF executable: the image has no libc for it (CGO_ENABLED=0, "
-                         f"as tools/build.sh {tool} builds it)")
-    return data
 
 
 def _says_version(path: Path, version: str) -> None:
@@ -194,13 +179,14 @@ def build(config: PlatformConfig, tools_dir: Path, cache: Path, root: Path = Pat
         RELOADER: ("prometheus-config-reloader", "bin/prometheus-config-reloader")}
     tops: dict[str, tuple[Layer, dict[str, object], str]] = {}
     for role, (binary, path) in operator_files.items():
-        data = _binary(tools_dir, binary, "prometheus-operator", "VERSION", f"v{version}")
+        data = tool_binary(tools_dir, binary, "prometheus-operator", f"v{version}", pinned_by=EXPECTS)
         package = "./cmd/operator" if role == OPERATOR else "./cmd/prometheus-config-reloader"
         tops[role] = (operator_layer(data, path, version),
                       _config(f"/{path}", upstream[role], f"{OPERATOR_MODULE}@v{version} {package}", version), "")
-    prometheus = _binary(tools_dir, "prometheus", "prometheus", "VERSION", f"{PROMETHEUS_MODULE}@{stand_in.module_version}")
+    prometheus = tool_binary(tools_dir, "prometheus", "prometheus", f"{PROMETHEUS_MODULE}@{stand_in.module_version}",
+                             pinned_by=EXPECTS)
     _says_version(tools_dir / "bin" / "prometheus", stand_in.version)
-    promtool = _binary(tools_dir, "promtool", "promtool", None, None)
+    promtool = tool_binary(tools_dir, "promtool", "promtool")
     _says_version(tools_dir / "bin" / "promtool", stand_in.version)
     prometheus_yml, licence, notice = (_share(tools_dir, "prometheus", name).read_bytes()
                                        for name in ("prometheus.yml", "LICENSE", "NOTICE"))

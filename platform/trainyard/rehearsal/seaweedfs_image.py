@@ -49,7 +49,7 @@ from trainyard.manifests.installs import upstream_image
 from trainyard.rehearsal import base_layer
 from trainyard.rehearsal.debian import DebianPin, data_entries, fetch, pins_key
 from trainyard.rehearsal.image_cache import BuiltImage, cached_build, layer_key, recipe_key, targets
-from trainyard.rehearsal.images import Entry, ImageError, Layer, is_static_elf
+from trainyard.rehearsal.images import Entry, ImageError, Layer, is_static_elf, tool_binary
 
 MODULE = "github.com/seaweedfs/seaweedfs"
 SEAWEED = 1000  # Dockerfile.go_build: addgroup -g 1000 seaweed && adduser -D -u 1000 -G seaweed seaweed
@@ -75,17 +75,8 @@ STAND_INS = {"4.44": StandIn("v0.0.0-20261109003541-7506e5f91cd6", "h1:LOYZFToHq
 def weed_binary(tools_dir: Path, stand_in: StandIn) -> bytes:
     """``tools/build.sh seaweedfs``'s ``weed``, refused unless static and of the stand-in's module version."""
     path = tools_dir / "bin" / "weed"
-    if not path.is_file():
-        raise ImageError(f"{path} not found: build it with `tools/build.sh seaweedfs`")
-    version_file = tools_dir / "share" / "seaweedfs" / "VERSION"
-    built = version_file.read_text(encoding="utf-8").strip() if version_file.is_file() else None
-    if built != stand_in.module_version:
-        raise ImageError(f"{path} was built from {MODULE}@{built or '? (no ' + str(version_file) + ')'}, the image "
-                         f"recipe expects {stand_in.module_version} (tools/build.sh seaweedfs builds it)")
-    data = path.read_bytes()
-    if not is_static_elf(data):
-        raise ImageError(f"{path} is not a static x86-64 ELF executable: the image has no libc for it (CGO_ENABLED=0, "
-                         "as Dockerfile.go_build and tools/build.sh build it)")
+    data = tool_binary(tools_dir, "weed", "seaweedfs", stand_in.module_version, source=f"{MODULE}@",
+                       pinned_by="the image recipe expects")
     try:
         said = subprocess.run([str(path), "version"], capture_output=True, text=True, check=False, timeout=60).stdout  # noqa: S603
     except (OSError, subprocess.TimeoutExpired) as exc:
