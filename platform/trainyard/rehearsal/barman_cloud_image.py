@@ -47,6 +47,7 @@ from trainyard.rehearsal.debian_python import (
     python_full_version,
     wheel_distribution,
     wheel_target,
+    write_lock,
 )
 from trainyard.rehearsal.image_cache import BuiltImage, cached_build, cached_layout, layer_key, recipe_key
 from trainyard.rehearsal.images import Entry, ImageError, Layer, tool_binary
@@ -234,13 +235,7 @@ def main(argv: Sequence[str]) -> int:
         print("usage: python -m trainyard.rehearsal.barman_cloud_image lock "
               f"TOOLS_DIR/share/{FILES_TOOL}/{UPSTREAM_REQUIREMENTS}", file=sys.stderr)
         return 2
-    try:
-        WHEEL_LOCK.write_text(lock(Path(argv[1])), encoding="utf-8")
-    except (ImageError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"{WHEEL_LOCK}: {len(wheels.read_lock(WHEEL_LOCK))} wheels")
-    return 0
+    return write_lock(WHEEL_LOCK, lambda: lock(Path(argv[1])))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -178,6 +178,17 @@ def stub_wheel(directory: Path, dist: Distribution) -> str:
         for path, text in files.items():
             archive.writestr(path, text)
     return f"{dist.name}=={stub}"
+
+
+def write_lock(path: Path, make: Callable[[], str]) -> int:
+    """A ``lock`` command's body: ``make()``'s lock written to ``path`` (exit 0), or the error said (exit 1)."""
+    try:
+        path.write_text(make(), encoding="utf-8")
+    except (ImageError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{path}: {len(wheels.read_lock(path))} wheels")
+    return 0
 
 
 def lock_on_debian(requirements: Sequence[str], pins: debian.PinFile, python: str, image: str,

@@ -77,6 +77,7 @@ from trainyard.rehearsal.debian_python import (
     python_full_version,
     wheel_distribution,
     wheel_target,
+    write_lock,
 )
 from trainyard.rehearsal.image_cache import BuiltImage, cached_build, layer_key, recipe_key
 from trainyard.rehearsal.images import Entry, ImageError, Layer
@@ -359,13 +360,7 @@ def main(argv: Sequence[str]) -> int:
     if list(argv) != ["lock"]:
         print("usage: python -m trainyard.rehearsal.lab_image lock", file=sys.stderr)
         return 2
-    try:
-        WHEEL_LOCK.write_text(lock(project_root()), encoding="utf-8")
-    except (ImageError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"{WHEEL_LOCK}: {len(wheels.read_lock(WHEEL_LOCK))} wheels")
-    return 0
+    return write_lock(WHEEL_LOCK, lambda: lock(project_root()))
 
 
 if __name__ == "__main__":
