@@ -35,6 +35,11 @@ fi
 # Never switch toolchains behind our back; the build uses the committed go.sum.
 export GOTOOLCHAIN=local
 export CGO_ENABLED="${CGO_ENABLED:-0}"
+# The compiler and linker collect garbage four times less often than Go's default (GOGC=100): ~20% less CPU for the
+# same binaries (etcd, empty build cache: 91 s of CPU at 100, 87 s at 200, 73 s at 400; the three binaries identical:
+# docs/tools.md "Measured build times"). GOMEMLIMIT bounds what that costs in memory: a compile whose heap nears it
+# collects as often as it must. Either one set in the environment wins.
+export GOGC="${GOGC:-400}" GOMEMLIMIT="${GOMEMLIMIT:-3GiB}"
 
 ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueue jobset trainer kwok seaweedfs kind barman-cloud-crd minio)
 # Cold build cost, most first (CPU-seconds on a 2-core machine, docs/tools.md "Cold and warm"): the
