@@ -118,10 +118,15 @@ BARMAN_CLOUD_VERSION=v0.15.0
 BARMAN_CLOUD_MODSUM="h1:gNVytrzzYUE08wxLDrjfJqy1FPPSFkMe1OEr4s4pVI0="
 BARMAN_CLOUD_CRD=config/crd/bases/barmancloud.cnpg.io_objectstores.yaml
 BARMAN_CLOUD_CRD_BLOB=bb7db1e6e36cf04b137560d85d2ccdb57851aa9d
-# The plugin itself (`barman-cloud`): cmd/manager of the same module, one binary for the operator (`manager operator`),
+# The plugin itself (`barman-cloud`): cmd/manager of the module, one binary for the operator (`manager operator`),
 # the instance sidecar (`manager instance`) and restore (`manager restore`), built as containers/Dockerfile.plugin and
 # Dockerfile.sidecar build it: `CGO_ENABLED=0 go build -a -o manager cmd/manager/main.go`, no -ldflags (its version is
-# in the source: internal/cnpgi/metadata/constants.go). Not used by a tier yet (issue #22 item 6, docs/tools.md).
+# in the source: internal/cnpgi/metadata/constants.go). v0.14.0, standing in for the v0.15.0 the catalog pins: the proxy
+# refuses two modules v0.15.0 requires (github.com/cloudnative-pg/barman-cloud@v0.6.0 and machinery@v0.6.0: "403 This
+# module version is not available") and serves every one of v0.14.0's; v0.14.0 is built against CloudNativePG v1.30.0
+# too, and its ObjectStore schema is v0.15.0's but one description (docs/tools.md). Not used by a tier yet (#22 item 6).
+BARMAN_CLOUD_BUILD_VERSION=v0.14.0
+BARMAN_CLOUD_BUILD_MODSUM="h1:kpTo7egntRIM15hvo0xtOj07wyjj23jcz/Co0KfzC7s="
 # CloudNativePG's operator (and instance manager: one binary, cmd/manager), built inside its own module like
 # seaweedfs (module sum checked). Keep equal to trainyard.catalog's cnpg release (a test checks it). The module zip
 # has no git: the commit is the tag's (the proxy's Origin.Hash), as the upstream Makefile's COMMIT would give.
@@ -153,7 +158,8 @@ tool_module() {
     seaweedfs) echo "$SEAWEEDFS_MODULE@$SEAWEEDFS_VERSION" ;;
     minio) echo "$MINIO_MODULE@$MINIO_VERSION" ;;
     kind) echo "sigs.k8s.io/kind@$KIND_VERSION" ;;
-    barman-cloud-crd|barman-cloud) echo "$BARMAN_CLOUD_MODULE@$BARMAN_CLOUD_VERSION" ;;
+    barman-cloud-crd) echo "$BARMAN_CLOUD_MODULE@$BARMAN_CLOUD_VERSION" ;;
+    barman-cloud) echo "$BARMAN_CLOUD_MODULE@$BARMAN_CLOUD_BUILD_VERSION" ;;
     cnpg) echo "$CNPG_MODULE@$CNPG_VERSION" ;;
     kserve) echo "$KSERVE_MODULE@$KSERVE_VERSION" ;;
     kube-rbac-proxy) echo "$KUBE_RBAC_PROXY_MODULE@$KUBE_RBAC_PROXY_VERSION" ;;
@@ -168,9 +174,10 @@ tool_share() {
     jobset) echo "config/components/crd config/components/webhook" ;;
     trainer) echo "manifests/base/crds manifests/base/webhook" ;;
     kwok) echo "kustomize/stage" ;;
-    # The CRD, and what the rehearsal reads to build and install the plugin (tools/build.sh barman-cloud builds its
-    # binary): upstream's install manifest, the sidecar image's pinned Python requirements, the licence.
-    barman-cloud-crd) echo "$(dirname "$BARMAN_CLOUD_CRD") manifest.yaml containers/sidecar-requirements.txt LICENSE" ;;
+    barman-cloud-crd) echo "$(dirname "$BARMAN_CLOUD_CRD")" ;;
+    # What the rehearsal reads to build and install the plugin of the version built: the sidecar image's pinned Python
+    # requirements, upstream's install manifest, the licence.
+    barman-cloud) echo "containers/sidecar-requirements.txt manifest.yaml LICENSE" ;;
     cnpg) echo "licenses LICENSE" ;;   # what the operator image COPYs besides the binary (its Dockerfile)
     # The rehearsal's install reads upstream's bundle (CRDs, RBAC, the operator's Deployment); the licence files;
     # pkg/operator/defaults.go: where the factory reads the Prometheus version the operator defaults to.
@@ -379,7 +386,7 @@ tool_stamp() {
     [[ "$t" != kserve ]] || echo "sum=$KSERVE_MODSUM"
     [[ "$t" != kube-rbac-proxy ]] || echo "sum=$KUBE_RBAC_PROXY_MODSUM"
     [[ "$t" != prometheus-operator ]] || echo "sum=$PROMETHEUS_OPERATOR_MODSUM $PROMETHEUS_OPERATOR_APIS_MODSUM $PROMETHEUS_OPERATOR_CLIENT_MODSUM"
-    [[ "$t" != barman-cloud ]] || echo "sum=$BARMAN_CLOUD_MODSUM"
+    [[ "$t" != barman-cloud ]] || echo "sum=$BARMAN_CLOUD_BUILD_MODSUM"
     [[ "$t" != barman-cloud-crd ]] || echo "sum=$BARMAN_CLOUD_MODSUM crd=$BARMAN_CLOUD_CRD blob=$BARMAN_CLOUD_CRD_BLOB"
     if [[ -n "$m" ]]; then echo "module=$m share=$(tool_share "$t")"; fi
     if [[ "$t" == kind ]]; then sha256sum "$TOOLS_SRC/kind-config-check/main.go" | cut -d' ' -f1; fi
@@ -414,7 +421,8 @@ prepare() {
     seaweedfs) prepare_module_zip "$SEAWEEDFS_MODULE" "$SEAWEEDFS_VERSION" "$SEAWEEDFS_MODSUM" ;;
     minio) prepare_module_zip "$MINIO_MODULE" "$MINIO_VERSION" "$MINIO_MODSUM" ;;
     kind) prepare_kind "$dir" ;;
-    barman-cloud-crd|barman-cloud) prepare_module_zip "$BARMAN_CLOUD_MODULE" "$BARMAN_CLOUD_VERSION" "$BARMAN_CLOUD_MODSUM" ;;
+    barman-cloud-crd) prepare_module_zip "$BARMAN_CLOUD_MODULE" "$BARMAN_CLOUD_VERSION" "$BARMAN_CLOUD_MODSUM" ;;
+    barman-cloud) prepare_module_zip "$BARMAN_CLOUD_MODULE" "$BARMAN_CLOUD_BUILD_VERSION" "$BARMAN_CLOUD_BUILD_MODSUM" ;;
     cnpg) prepare_module_zip "$CNPG_MODULE" "$CNPG_VERSION" "$CNPG_MODSUM" ;;
     kserve) prepare_module_zip "$KSERVE_MODULE" "$KSERVE_VERSION" "$KSERVE_MODSUM" ;;
     kube-rbac-proxy) prepare_module_zip "$KUBE_RBAC_PROXY_MODULE" "$KUBE_RBAC_PROXY_VERSION" "$KUBE_RBAC_PROXY_MODSUM" ;;

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,8 @@ from trainyard.rehearsal.images import ImageError
 
 MIRROR = "trainyard.local/mirror/"
 TOOLS = Path(os.environ.get("TRAINYARD_TOOLS_DIR") or Path.home() / ".cache" / "trainyard" / "tools")
-UPSTREAM = TOOLS / "share" / barman.FILES_TOOL / barman.UPSTREAM_REQUIREMENTS
+UPSTREAM = TOOLS / "share" / barman.TOOL / barman.UPSTREAM_REQUIREMENTS
+BUILT = barman.STAND_INS[catalog.BARMAN_CLOUD_PLUGIN_VERSION].module_version
 
 
 @pytest.fixture
@@ -34,11 +36,11 @@ def config() -> PlatformConfig:
 
 def test_the_lock_is_upstreams_sidecar_requirements_less_psycopg2() -> None:
     if not UPSTREAM.is_file():
-        pytest.skip(f"{UPSTREAM} not found: `tools/build.sh {barman.FILES_TOOL}` copies it out of the plugin's module")
+        pytest.skip(f"{UPSTREAM} not found: `tools/build.sh {barman.TOOL}` copies it out of the plugin's module")
     production = barman.upstream_pins(UPSTREAM.read_text(encoding="utf-8"), str(UPSTREAM))
     locked = wheels.read_lock(barman.WHEEL_LOCK)
     barman.check_upstream_pins(production, locked)
-    assert production["barman"] == "3.20.0" and "psycopg2" in production
+    assert production["barman"] == "3.19.1" and "psycopg2" in production
     assert {p.name for p in locked} == set(production) - {"psycopg2"}
 
 
@@ -85,7 +87,18 @@ def test_the_images_are_upstreams_names_under_the_mirror_and_refused_without_one
         barman.targets(bare)
 
 
-def _tools(directory: Path, binary: bytes, version: str = catalog.BARMAN_CLOUD_PLUGIN_VERSION) -> Path:
+def test_the_plugin_built_is_the_recorded_stand_in_for_the_catalogs_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tools/build.sh builds what STAND_INS records for the catalog's version, and nothing unrecorded is built."""
+    script = (Path(__file__).resolve().parents[2] / "tools" / "build.sh").read_text()
+    assert re.search(rf"^BARMAN_CLOUD_BUILD_VERSION={re.escape(BUILT)}$", script, re.M)
+    assert re.search(rf"^BARMAN_CLOUD_VERSION={re.escape(catalog.BARMAN_CLOUD_PLUGIN_VERSION)}$", script, re.M)
+    assert catalog.BARMAN_CLOUD_PLUGIN_VERSION == "v0.15.0" and BUILT == "v0.14.0"
+    monkeypatch.setattr(catalog, "BARMAN_CLOUD_PLUGIN_VERSION", "v0.16.0")
+    with pytest.raises(ImageError, match=r"no build recorded for plugin-barman-cloud v0.16.0 .*has v0.15.0"):
+        barman.stand_in()
+
+
+def _tools(directory: Path, binary: bytes, version: str = BUILT) -> Path:
     (directory / "bin").mkdir(parents=True)
     (directory / "bin" / barman.BINARY).write_bytes(binary)
     (directory / "share" / barman.TOOL).mkdir(parents=True)
@@ -96,9 +109,9 @@ def _tools(directory: Path, binary: bytes, version: str = catalog.BARMAN_CLOUD_P
 def test_the_plugin_binary_must_be_built_static_at_the_pinned_version(tmp_path: Path) -> None:
     with pytest.raises(ImageError, match=r"barman-cloud-manager not found: build it with `tools/build.sh barman-cloud`"):
         barman.plugin_binary(tmp_path / "none")
-    with pytest.raises(ImageError, match=r"built from github.com/cloudnative-pg/plugin-barman-cloud@v0.14.0, but the "
-                                         r"catalog pins v0.15.0"):
-        barman.plugin_binary(_tools(tmp_path / "old", tiny_elf(), "v0.14.0"))
+    with pytest.raises(ImageError, match=r"built from github.com/cloudnative-pg/plugin-barman-cloud@v0.15.0, but the "
+                                         r"image recipe expects v0.14.0"):
+        barman.plugin_binary(_tools(tmp_path / "other", tiny_elf(), "v0.15.0"))
     with pytest.raises(ImageError, match="is not a static x86-64 ELF executable"):
         barman.plugin_binary(_tools(tmp_path / "dynamic", tiny_elf(interpreter=True)))
     assert barman.plugin_binary(_tools(tmp_path / "ok", tiny_elf(payload=b"manager"))).endswith(b"manager")
@@ -114,7 +127,8 @@ def test_the_plugin_image_is_upstreams_dockerfile_and_the_sidecar_runs_as_postgr
     sidecar = barman.sidecar_config(upstream["sidecar"], pins, wheels.read_lock(barman.WHEEL_LOCK))
     assert sidecar["Entrypoint"] == ["/manager"] and sidecar["User"] == "26:26"
     labels = json.dumps(sidecar["Labels"])
-    assert "python3-psycopg2" in labels and "barman 3.20.0" in labels  # what differs from upstream, named
+    assert "python3-psycopg2" in labels and "barman 3.19.1" in labels  # what differs from upstream, named
+    assert "built from v0.14.0: the module proxy refuses" in json.dumps(plugin["Labels"])  # the stand-in, named
     assert any(str(e).startswith("PATH=/usr/local/sbin:/usr/local/bin:") for e in sidecar["Env"])  # type: ignore[attr-defined]
     user = {e.path: e for e in barman.sidecar_user_layer(b"certs").entries}
     assert user["tmp"].mode == 0o1777 and user["etc/ssl/certs/ca-certificates.crt"].data == b"certs"

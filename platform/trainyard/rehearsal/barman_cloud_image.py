@@ -5,17 +5,25 @@ CloudNativePG archives WAL and takes base backups through the plugin (``manifest
 ``ghcr.io/cloudnative-pg/plugin-barman-cloud`` and ``...-sidecar`` (``catalog.BARMAN_CLOUD_IMAGES``), which cannot be
 pulled here; both are made from the plugin's module (``tools/build.sh barman-cloud``: its ``cmd/manager``, one binary
 for ``operator``, ``instance`` and ``restore``, built as upstream's Dockerfiles build it) and, for the sidecar, from
-Debian trixie and PyPI. Read in plugin-barman-cloud@v0.15.0:
+Debian trixie and PyPI. Read in plugin-barman-cloud@v0.15.0 (v0.14.0's Dockerfiles are the same but for ``tar`` in
+the sidecar):
+
+**A stand-in, named as one**: the module proxy refuses two modules v0.15.0 requires
+(``github.com/cloudnative-pg/barman-cloud@v0.6.0``, ``machinery@v0.6.0``: "403 This module version is not available")
+and serves every module of v0.14.0, also built against CloudNativePG v1.30.0, whose ObjectStore schema is v0.15.0's but
+one field description. So both images are v0.14.0's (binary and sidecar pins) under the v0.15.0 names the stack
+renders, saying so (``STAND_INS``, the ``dev.trainyard.stands-in-for`` label, the factory's note), as SeaweedFS 4.53
+stands in for 4.44; a tag without a record is refused.
 
 - **plugin** (containers/Dockerfile.plugin): ``FROM registry.access.redhat.com/ubi9/ubi-micro``, ``WORKDIR /``,
   ``COPY manager /manager``, ``USER 65532:65532``, ``ENTRYPOINT ["/manager"]``. The binary is static (CGO_ENABLED=0):
   here it sits on the factory's distroless ``static:nonroot`` files (``base_layer.py``) instead of UBI micro, which
   adds a libc the binary never loads.
 - **sidecar** (containers/Dockerfile.sidecar): the same ``/manager`` on ``gcr.io/distroless/python3-debian13:nonroot``
-  (CPython 3.13), a virtualenv ``/venv`` of ``containers/sidecar-requirements.txt`` (barman 3.20.0 with its cloud,
-  Azure, Google, snappy, zstandard and lz4 extras: ``barman-cloud-backup``, ``-wal-archive``, ``-restore``,
-  ``-wal-restore``, which the instance sidecar runs by name from ``PATH``), trixie's ``libpq5``, ``liblz4-1``,
-  ``libsnappy1v5`` and ``tar``, ``USER 26:26`` (PostgreSQL's uid in CloudNativePG's pods), ``ENTRYPOINT
+  (CPython 3.13), a virtualenv ``/venv`` of ``containers/sidecar-requirements.txt`` (barman 3.20.0 in v0.15.0, 3.19.1
+  in v0.14.0, with its cloud, Azure, Google, snappy, zstandard and lz4 extras: ``barman-cloud-backup``,
+  ``-wal-archive``, ``-restore``, ``-wal-restore``, which the instance sidecar runs by name from ``PATH``), trixie's
+  ``libpq5``, ``liblz4-1``, ``libsnappy1v5`` and ``tar``, ``USER 26:26`` (PostgreSQL's uid in CloudNativePG's pods), ``ENTRYPOINT
   ["/manager"]``. Here: Debian trixie's own ``python3`` (3.13.5) and ``python3-psycopg2`` with those libraries
   (``pins/barman-cloud-trixie.txt``, slim), and the wheels of every other pin of that file at its version
   (``pins/barman-cloud.lock``: ``debian_python.lock_on_debian``) in ``/usr/local/lib/python3.13/dist-packages``, their
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard import catalog
@@ -55,16 +64,38 @@ from trainyard.supply.reference import ImageRef, mirrored
 
 COMPONENT = "barman-cloud"  # the factory's name for both images (not a chart: the site installs the plugin)
 TOOL, BINARY = "barman-cloud", "barman-cloud-manager"  # tools/build.sh
-FILES_TOOL = "barman-cloud-crd"  # tools/build.sh's copy of the module's files: the CRD, manifest.yaml, the requirements
 PINS = Path(__file__).resolve().parent / "pins"
 DEBIAN_PIN_FILE = PINS / "barman-cloud-trixie.txt"
 WHEEL_LOCK = PINS / "barman-cloud.lock"
-UPSTREAM_REQUIREMENTS = "containers/sidecar-requirements.txt"  # in the module; share/barman-cloud-crd/ has a copy
+UPSTREAM_REQUIREMENTS = "containers/sidecar-requirements.txt"  # in the module; tools/build.sh copies it to share/
 PYTHON = "3.13"
 FROM_DEBIAN = {"psycopg2": "python3-psycopg2"}  # upstream's pins Debian provides instead (the module says why)
 PLUGIN_USER, SIDECAR_UID = "65532:65532", 26
 ENTRYPOINT = "/manager"
 IMAGE = "the barman-cloud sidecar"  # how errors name it
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """What the rehearsal builds for the plugin version the catalog pins, and why."""
+
+    module_version: str  # tools/build.sh barman-cloud (BARMAN_CLOUD_BUILD_VERSION): binary and sidecar pins
+    why: str
+
+
+# The catalog's plugin version -> what is built for it (the module docstring says why; tools/build.sh pins the sum).
+STAND_INS = {"v0.15.0": StandIn("v0.14.0", "the module proxy refuses github.com/cloudnative-pg/barman-cloud@v0.6.0 and "
+                                           "machinery@v0.6.0, which v0.15.0 requires")}
+
+
+def stand_in() -> StandIn:
+    """The build for ``catalog.BARMAN_CLOUD_PLUGIN_VERSION``; refused where there is no record."""
+    record = STAND_INS.get(catalog.BARMAN_CLOUD_PLUGIN_VERSION)
+    if record is None:
+        raise ImageError(f"no build recorded for plugin-barman-cloud {catalog.BARMAN_CLOUD_PLUGIN_VERSION} "
+                         f"(barman_cloud_image.STAND_INS has {', '.join(STAND_INS)}): review what the module proxy "
+                         "serves and record it")
+    return record
 
 
 def upstream_images() -> dict[str, ImageRef]:
@@ -83,25 +114,28 @@ def targets(config: PlatformConfig) -> dict[str, ImageRef]:
 
 def plugin_binary(tools_dir: Path) -> bytes:
     """``tools/build.sh barman-cloud``'s binary, refused unless a static x86-64 ELF of the pinned version."""
-    return tool_binary(tools_dir, BINARY, TOOL, catalog.BARMAN_CLOUD_PLUGIN_VERSION,
-                       source=f"{catalog.BARMAN_CLOUD_PLUGIN_MODULE}@", pinned_by="the catalog pins")
+    return tool_binary(tools_dir, BINARY, TOOL, stand_in().module_version,
+                       source=f"{catalog.BARMAN_CLOUD_PLUGIN_MODULE}@", pinned_by="the image recipe expects")
 
 
 def manager_layer(binary: bytes) -> Layer:
     return Layer((Entry("manager", binary, mode=0o755),),
                  f"COPY /manager: {BINARY} built by tools/build.sh from {catalog.BARMAN_CLOUD_PLUGIN_MODULE}@"
-                 f"{catalog.BARMAN_CLOUD_PLUGIN_VERSION} ./cmd/manager (CGO_ENABLED=0, -trimpath)")
+                 f"{stand_in().module_version} ./cmd/manager (CGO_ENABLED=0, -trimpath)")
 
 
 def _labels(upstream: ImageRef, built_from: str) -> dict[str, str]:
+    record = stand_in()
     return {"org.opencontainers.image.version": str(upstream.tag), "dev.trainyard.upstream-image": str(upstream),
-            "dev.trainyard.built-from": built_from}
+            "dev.trainyard.built-from": built_from,
+            "dev.trainyard.stands-in-for": f"{upstream} (plugin-barman-cloud {upstream.tag}), built from "
+                                           f"{record.module_version}: {record.why}"}
 
 
 def plugin_config(upstream: ImageRef) -> dict[str, object]:
     return {"Entrypoint": [ENTRYPOINT], "Env": list(base_layer.ENV), "User": PLUGIN_USER, "WorkingDir": "/",
-            "Labels": _labels(upstream, f"{catalog.BARMAN_CLOUD_PLUGIN_MODULE}@{upstream.tag} ./cmd/manager "
-                                        "(containers/Dockerfile.plugin)")}
+            "Labels": _labels(upstream, f"{catalog.BARMAN_CLOUD_PLUGIN_MODULE}@{stand_in().module_version} "
+                                        "./cmd/manager (containers/Dockerfile.plugin)")}
 
 
 # ------------------------------------------------------------------------------------------ the sidecar's Python
@@ -132,7 +166,7 @@ def check_upstream_pins(upstream: dict[str, str], locked: Sequence[wheels.WheelP
                  FROM_DEBIAN.items() if name in have]
     if problems:
         raise ImageError(f"{WHEEL_LOCK.name} is not {UPSTREAM_REQUIREMENTS} of plugin-barman-cloud@"
-                         f"{catalog.BARMAN_CLOUD_PLUGIN_VERSION} (`python -m trainyard.rehearsal.barman_cloud_image lock "
+                         f"{stand_in().module_version} (`python -m trainyard.rehearsal.barman_cloud_image lock "
                          "REQUIREMENTS` rewrites it):\n  " + "\n  ".join(problems))
 
 
@@ -156,7 +190,7 @@ def sidecar_config(upstream: ImageRef, pins: debian.PinFile, locked: Sequence[wh
     barman = next(p.version for p in locked if p.name == "barman")
     return {"Entrypoint": [ENTRYPOINT], "Env": [f"PATH={DEBIAN_PATH}", "LANG=C.UTF-8", f"SSL_CERT_FILE=/{CA_BUNDLE}"],
             "User": f"{SIDECAR_UID}:{SIDECAR_UID}", "WorkingDir": "/",
-            "Labels": {**_labels(upstream, f"{catalog.BARMAN_CLOUD_PLUGIN_MODULE}@{upstream.tag} ./cmd/manager, "
+            "Labels": {**_labels(upstream, f"{catalog.BARMAN_CLOUD_PLUGIN_MODULE}@{stand_in().module_version} ./cmd/manager, "
                                            f"{DEBIAN_PIN_FILE.name} ({len(pins.pins)} Debian packages), "
                                            f"{WHEEL_LOCK.name} ({len(locked)} wheels, barman {barman})"),
                        "dev.trainyard.differs": f"psycopg2 is Debian's python3-psycopg2 {versions['python3-psycopg2']}; "
@@ -169,11 +203,11 @@ def build(config: PlatformConfig, tools_dir: Path, cache: Path, deb_cache: Path 
     """The plugin's image and the sidecar's (or the cached ones of the same inputs)."""
     names, upstream = targets(config), upstream_images()
     binary = plugin_binary(tools_dir)
-    requirements = tools_dir / "share" / FILES_TOOL / UPSTREAM_REQUIREMENTS
+    requirements = tools_dir / "share" / TOOL / UPSTREAM_REQUIREMENTS
     try:
         production = upstream_pins(requirements.read_text(encoding="utf-8"), str(requirements))
     except OSError as exc:
-        raise ImageError(f"{requirements}: {exc.strerror}: `tools/build.sh {FILES_TOOL}` copies it out of the module") from None
+        raise ImageError(f"{requirements}: {exc.strerror}: `tools/build.sh {TOOL}` copies it out of the module") from None
     pins = debian.read_pins(DEBIAN_PIN_FILE)
     check_debian_stands_in(pins)
     locked = wheels.read_lock(WHEEL_LOCK)
@@ -206,9 +240,12 @@ def build(config: PlatformConfig, tools_dir: Path, cache: Path, deb_cache: Path 
              {"wheels": wheels.pins_key(locked), "into": target.site_packages, "interpreter": target.interpreter},
              layer_key(manager), {"user": layer_key(sidecar_user_layer(b"")), "ca-bundle-of": debian.pins_key([ca_pin])}]
     sidecar_layout, sidecar_digest, sidecar_cached = cached_build(cache, recipe_key(parts, config_doc), layers, config_doc)
-    return [BuiltImage(COMPONENT, names["plugin"], upstream["plugin"], plugin_layout, plugin_digest, plugin_cached),
+    built = stand_in().module_version
+    return [BuiltImage(COMPONENT, names["plugin"], upstream["plugin"], plugin_layout, plugin_digest, plugin_cached,
+                       note=f"stand-in: plugin-barman-cloud {built}"),
             BuiltImage(COMPONENT, names["sidecar"], upstream["sidecar"], sidecar_layout, sidecar_digest, sidecar_cached,
-                       note=f"Debian's psycopg2 and CPython {PYTHON}, wheels in /usr/local")]
+                       note=f"stand-in: plugin-barman-cloud {built}; Debian's psycopg2 and CPython {PYTHON}, wheels in "
+                            "/usr/local")]
 
 
 # ------------------------------------------------------------------------------------------ locking
@@ -224,7 +261,7 @@ def lock(requirements: Path, deb_cache: Path | None = None, apt_cache: Path | No
                           deb_cache, apt_cache)
     return (f"# The wheels the barman-cloud sidecar (rehearsal/barman_cloud_image.py) adds to Debian {pins.suite}'s "
             f"python3 and python3-psycopg2:\n# {UPSTREAM_REQUIREMENTS} of plugin-barman-cloud@"
-            f"{catalog.BARMAN_CLOUD_PLUGIN_VERSION} less psycopg2, for CPython {PYTHON} on glibc "
+            f"{stand_in().module_version} less psycopg2, for CPython {PYTHON} on glibc "
             f"{target.glibc[0]}.{target.glibc[1]} (x86-64).\n# Written by `python -m trainyard.rehearsal."
             "barman_cloud_image lock REQUIREMENTS`; the image factory installs exactly these files.\n" + body)
 
@@ -233,7 +270,7 @@ def main(argv: Sequence[str]) -> int:
     """``python -m trainyard.rehearsal.barman_cloud_image lock REQUIREMENTS``: rewrite pins/barman-cloud.lock."""
     if len(argv) != 2 or argv[0] != "lock":
         print("usage: python -m trainyard.rehearsal.barman_cloud_image lock "
-              f"TOOLS_DIR/share/{FILES_TOOL}/{UPSTREAM_REQUIREMENTS}", file=sys.stderr)
+              f"TOOLS_DIR/share/{TOOL}/{UPSTREAM_REQUIREMENTS}", file=sys.stderr)
         return 2
     return write_lock(WHEEL_LOCK, lambda: lock(Path(argv[1])))
 

@@ -138,7 +138,8 @@ LAB = lab_image.COMPONENT
 BARMAN_CLOUD = barman_cloud_image.COMPONENT
 ON_REQUEST = (LAB, BARMAN_CLOUD)
 # What the factory builds in place of what a name says, and why (each module's record; docs/architecture.md).
-STAND_INS: dict[str, dict[str, object]] = {SEAWEEDFS: dict(seaweedfs_image.STAND_INS), LAB: dict(lab_image.STAND_INS)}
+STAND_INS: dict[str, dict[str, object]] = {SEAWEEDFS: dict(seaweedfs_image.STAND_INS), LAB: dict(lab_image.STAND_INS),
+                                           BARMAN_CLOUD: dict(barman_cloud_image.STAND_INS)}
 
 
 def targets(config: PlatformConfig, components: Iterable[str] = CONTROLLERS) -> dict[str, ImageRef]:
