@@ -46,15 +46,10 @@ from trainyard.config.model import PlatformConfig
 from trainyard.rehearsal import base_layer, debian, wheels
 from trainyard.rehearsal.debian_python import (
     CA_BUNDLE,
-    CA_CERTIFICATES,
     DEBIAN_PATH,
     NSSWITCH,
-    ca_bundle,
-    check_closure,
-    debian_distributions,
+    PythonOnDebian,
     lock_on_debian,
-    python_full_version,
-    wheel_distribution,
     wheel_target,
     write_lock,
 )
@@ -212,33 +207,20 @@ def build(config: PlatformConfig, tools_dir: Path, cache: Path, deb_cache: Path 
     check_debian_stands_in(pins)
     locked = wheels.read_lock(WHEEL_LOCK)
     check_upstream_pins(production, locked)
-    target = wheel_target(pins, PYTHON, DEBIAN_PIN_FILE.name)
-    suite = debian.SuiteRoot.of(pins.suite, apt_cache)
-    ca_pin = next((p for p in pins.pins if p.name == CA_CERTIFICATES), None)
-    if ca_pin is None:
-        raise ImageError(f"{DEBIAN_PIN_FILE.name} pins no {CA_CERTIFICATES}")
+    base = PythonOnDebian(pins, DEBIAN_PIN_FILE.name, tuple(locked), WHEEL_LOCK.name, PYTHON, IMAGE,
+                          tuple(debian.merged_usr_links([])), apt_cache)
+    ca_pin = base.ca_pin
     manager = manager_layer(binary)
 
     plugin_layout, plugin_digest, plugin_cached = cached_layout(
         cache, [base_layer.base_layer(), manager], plugin_config(upstream["plugin"]))
-    created_by = f"Debian {pins.suite}: the closure of {' '.join(pins.roots)} ({DEBIAN_PIN_FILE.name}, " \
-                 f"{len(pins.pins)} packages), slim"
-    links = debian.merged_usr_links([])
 
     def layers() -> list[Layer]:
-        packages = debian.package_layer(pins.pins, created_by, deb_cache, extra=links, suite=suite, slim=True)
-        fetched = wheels.fetch(locked, target, wheel_cache)
-        check_closure([wheel_distribution(fetched[p]) for p in locked], debian_distributions(packages.entries),
-                      python_full_version(pins, PYTHON), IMAGE)
-        python = wheels.wheels_layer(locked, target, WHEEL_LOCK.name, wheel_cache)
-        ca_deb = debian.fetch_all([ca_pin], deb_cache, suite)[ca_pin].read_bytes()
-        return [packages, python, manager, sidecar_user_layer(ca_bundle(debian.data_entries(ca_deb)))]
+        return [*base.layers(deb_cache, wheel_cache), manager, sidecar_user_layer(base.ca_bundle(deb_cache))]
 
     config_doc = sidecar_config(upstream["sidecar"], pins, locked)
-    parts = [{"debs": debian.pins_key(pins.pins), "suite": pins.suite, "slim": True, "created_by": created_by,
-              "extra": layer_key(Layer(tuple(links), ""))},
-             {"wheels": wheels.pins_key(locked), "into": target.site_packages, "interpreter": target.interpreter},
-             layer_key(manager), {"user": layer_key(sidecar_user_layer(b"")), "ca-bundle-of": debian.pins_key([ca_pin])}]
+    parts = [*base.key_parts(), layer_key(manager),
+             {"user": layer_key(sidecar_user_layer(b"")), "ca-bundle-of": debian.pins_key([ca_pin])}]
     sidecar_layout, sidecar_digest, sidecar_cached = cached_build(cache, recipe_key(parts, config_doc), layers, config_doc)
     built = stand_in().module_version
     return [BuiltImage(COMPONENT, names["plugin"], upstream["plugin"], plugin_layout, plugin_digest, plugin_cached,

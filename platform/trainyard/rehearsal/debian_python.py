@@ -26,7 +26,7 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from packaging.markers import Marker
@@ -34,7 +34,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from trainyard.rehearsal import debian, wheels
-from trainyard.rehearsal.images import Entry, ImageError
+from trainyard.rehearsal.image_cache import layer_key
+from trainyard.rehearsal.images import Entry, ImageError, Layer
 
 DEBIAN_SITE = "usr/lib/python3/dist-packages"
 DEBIAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # debian:trixie-slim's ENV PATH
@@ -129,6 +130,68 @@ def check_closure(installed: Sequence[Distribution], provided: Mapping[str, Dist
                 problems.append(f"{dist.name} {dist.version} needs {line!r}: {source} {have.name} is {have.version}")
     if problems:
         raise ImageError(f"{image}'s Python distributions do not fit together:\n  " + "\n  ".join(problems))
+
+
+@dataclass(frozen=True)
+class PythonOnDebian:
+    """What an image of a Python program on Debian is built on: the pinned closure (one slim layer, with ``extra``
+    entries its maintainer scripts would have made) and the wheel lock (one layer), checked to fit together, and the CA
+    bundle of the closure's ca-certificates. ``pin_file`` and ``lock_file`` name the files in layers and errors."""
+
+    pins: debian.PinFile
+    pin_file: str
+    locked: tuple[wheels.WheelPin, ...]
+    lock_file: str
+    python: str
+    image: str  # how errors name the image
+    extra: tuple[Entry, ...] = ()
+    apt_cache: Path | None = field(default=None, compare=False)
+
+    @property
+    def target(self) -> wheels.Target:
+        return wheel_target(self.pins, self.python, self.pin_file)
+
+    @property
+    def suite(self) -> debian.SuiteRoot:
+        return debian.SuiteRoot.of(self.pins.suite, self.apt_cache)
+
+    @property
+    def created_by(self) -> str:
+        return (f"Debian {self.pins.suite}: the closure of {' '.join(self.pins.roots)} ({self.pin_file}, "
+                f"{len(self.pins.pins)} packages), slim")
+
+    @property
+    def ca_pin(self) -> debian.DebianPin:
+        pin = next((p for p in self.pins.pins if p.name == CA_CERTIFICATES), None)
+        if pin is None:
+            raise ImageError(f"{self.pin_file} pins no {CA_CERTIFICATES}")
+        return pin
+
+    def key_parts(self) -> list[object]:
+        """The two layers' cache keys: the pins stand for the packages' and wheels' bytes."""
+        target = self.target
+        return [{"debs": debian.pins_key(self.pins.pins), "suite": self.pins.suite, "slim": True,
+                 "created_by": self.created_by, "extra": layer_key(Layer(self.extra, ""))},
+                {"wheels": wheels.pins_key(self.locked), "into": target.site_packages, "interpreter": target.interpreter}]
+
+    def layers(self, deb_cache: Path | None = None, wheel_cache: Path | None = None,
+               check_packages: Callable[[Sequence[Entry]], None] | None = None) -> list[Layer]:
+        """The packages' layer (``check_packages`` sees its entries first) and the wheels', refused unless every
+        wheel's requirements are met by the two (``check_closure``)."""
+        packages = debian.package_layer(self.pins.pins, self.created_by, deb_cache, extra=list(self.extra),
+                                        suite=self.suite, slim=True)
+        if check_packages is not None:
+            check_packages(packages.entries)
+        target = self.target
+        fetched = wheels.fetch(self.locked, target, wheel_cache)
+        check_closure([wheel_distribution(fetched[p]) for p in self.locked], debian_distributions(packages.entries),
+                      python_full_version(self.pins, self.python), self.image)
+        return [packages, wheels.wheels_layer(self.locked, target, self.lock_file, wheel_cache)]
+
+    def ca_bundle(self, deb_cache: Path | None = None) -> bytes:
+        """What ``update-ca-certificates`` writes from the pinned ca-certificates."""
+        pin = self.ca_pin
+        return ca_bundle(debian.data_entries(debian.fetch_all([pin], deb_cache, self.suite)[pin].read_bytes()))
 
 
 def wheel_target(pins: debian.PinFile, python: str, source: str = "the pin file") -> wheels.Target:

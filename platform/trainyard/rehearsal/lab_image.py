@@ -66,16 +66,11 @@ from trainyard.manifests.runtimes import containers_of, read_runtime_file
 from trainyard.rehearsal import base_layer, debian, wheels
 from trainyard.rehearsal.debian_python import (
     CA_BUNDLE,
-    CA_CERTIFICATES,
     DEBIAN_PATH,
     MULTIARCH,
     NSSWITCH,
-    ca_bundle,
-    check_closure,
-    debian_distributions,
+    PythonOnDebian,
     lock_on_debian,
-    python_full_version,
-    wheel_distribution,
     wheel_target,
     write_lock,
 )
@@ -301,31 +296,17 @@ def build(config: PlatformConfig, project: Path, cache: Path, deb_cache: Path | 
                             production, pins)
     locked = wheels.read_lock(WHEEL_LOCK)
     check_production_pins(production, locked)
-    target = wheel_target(pins, stand_in.python, DEBIAN_PIN_FILE.name)
-    suite = debian.SuiteRoot.of(pins.suite, apt_cache)
+    base = PythonOnDebian(pins, DEBIAN_PIN_FILE.name, tuple(locked), WHEEL_LOCK.name, stand_in.python, IMAGE,
+                          tuple(system_entries()), apt_cache)
+    target, ca_pin = base.target, base.ca_pin
     program = program_layer(programs)
     config_doc = image_config(name, stand_in, pins, locked, program_sha256(programs))
-    created_by = f"Debian {pins.suite}: the closure of {' '.join(pins.roots)} ({DEBIAN_PIN_FILE.name}, " \
-                 f"{len(pins.pins)} packages), slim"
-    ca_pin = next((p for p in pins.pins if p.name == CA_CERTIFICATES), None)
-    if ca_pin is None:
-        raise ImageError(f"{DEBIAN_PIN_FILE.name} pins no {CA_CERTIFICATES}")
 
     def layers() -> list[Layer]:
-        packages = debian.package_layer(pins.pins, created_by, deb_cache, extra=system_entries(), suite=suite, slim=True)
-        check_alternatives(packages.entries)
-        fetched = wheels.fetch(locked, target, wheel_cache)
-        check_closure([wheel_distribution(fetched[p]) for p in locked], debian_distributions(packages.entries),
-                      python_full_version(pins, stand_in.python), IMAGE)
-        libraries = wheels.wheels_layer(locked, target, WHEEL_LOCK.name, wheel_cache)
-        ca_deb = debian.fetch_all([ca_pin], deb_cache, suite)[ca_pin].read_bytes()
-        return [packages, libraries, libuv_layer(target.site_packages), program,
-                user_layer(ca_bundle(debian.data_entries(ca_deb)))]
+        return [*base.layers(deb_cache, wheel_cache, check_alternatives), libuv_layer(target.site_packages), program,
+                user_layer(base.ca_bundle(deb_cache))]
 
-    parts = [{"debs": debian.pins_key(pins.pins), "suite": pins.suite, "slim": True, "created_by": created_by,
-              "extra": layer_key(Layer(tuple(system_entries()), ""))},
-             {"wheels": wheels.pins_key(locked), "into": target.site_packages, "interpreter": target.interpreter},
-             layer_key(libuv_layer(target.site_packages)), layer_key(program),
+    parts = [*base.key_parts(), layer_key(libuv_layer(target.site_packages)), layer_key(program),
              {"user": layer_key(user_layer(b"")), "ca-bundle-of": debian.pins_key([ca_pin])}]
     layout, digest, cached = cached_build(cache, recipe_key(parts, config_doc), layers, config_doc)
     return BuiltImage(COMPONENT, name, None, layout, digest, cached,
