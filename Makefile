@@ -140,7 +140,7 @@ test-registry: setup ## The registry tier: `trainyard images lock` and the air-g
 	$(BIN)/pytest -q -m registry tests/registry $(PYTEST_ARGS)
 
 .PHONY: node-tools
-node-tools: ## Build what a real node runs (tools/build.sh node: control plane, kubelet + kube-proxy, kube-router, CoreDNS, crane, CloudNativePG, KServe + kube-rbac-proxy, prometheus-operator + Prometheus)
+node-tools: ## Build what a real node runs (tools/build.sh node: control plane, kubelet + kube-proxy, kube-router, CoreDNS, crane, CloudNativePG, KServe + kube-rbac-proxy, prometheus-operator + Prometheus, the barman-cloud plugin)
 	tools/build.sh -j $(TOOL_JOBS) node
 
 # What a real node runs that comes from Debian (docs/rehearsal.md, "Real nodes"); installed only where missing.

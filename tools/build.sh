@@ -56,9 +56,10 @@ CLUSTER_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes kueue jobset trainer
 # operator (the node tier runs the MLflow database: tests/node/test_postgres_on_real_node.py), KServe's controller
 # and the kube-rbac-proxy sidecar its chart runs beside it (tests/node/test_kserve_on_real_node.py), and the
 # rehearsal's monitoring: prometheus-operator (the operator and its config reloader) and the Prometheus server it runs
-# (tests/node/test_monitoring_on_real_node.py; a site brings its own). containerd, runc,
+# (tests/node/test_monitoring_on_real_node.py; a site brings its own), and the barman-cloud CNPG-I plugin the site
+# installs for the MLflow database's backups (tests/node/test_postgres_on_real_node.py). containerd, runc,
 # the CNI plugins, iptables and ipset come from Debian (the node's prerequisites check names them).
-NODE_TOOLS=(etcd kube-apiserver kubelet kube-router coredns crane cnpg kserve kube-rbac-proxy prometheus-operator prometheus)
+NODE_TOOLS=(etcd kube-apiserver kubelet kube-router coredns crane cnpg kserve kube-rbac-proxy prometheus-operator prometheus barman-cloud)
 # Tools outside `all` (so `make tools` and CI's `tools/build.sh all` do not build them yet; docs/tools.md has
 # their cold and warm figures): built by name or by their group (.ci/run names them beside `all`).
 OPTIONAL_TOOLS=(kubelet kube-router coredns cnpg kserve kube-rbac-proxy prometheus-operator prometheus barman-cloud)

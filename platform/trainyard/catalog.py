@@ -569,6 +569,11 @@ BARMAN_CLOUD_IMAGES: tuple[tuple[str, Image], ...] = (
     ("plugin", Image("ghcr.io", "cloudnative-pg/plugin-barman-cloud", BARMAN_CLOUD_PLUGIN_VERSION)),
     ("sidecar", Image("ghcr.io", "cloudnative-pg/plugin-barman-cloud-sidecar", BARMAN_CLOUD_PLUGIN_VERSION)),
 )
+# How upstream's manifest.yaml runs the plugin in the operator's namespace: its pods' label (Deployment and Service
+# selector) and the gRPC port the operator calls it on (Service annotation cnpg.io/pluginPort, containerPort); the
+# stack opens exactly this path (manifests/mlflow.py allow-barman-cloud-plugin).
+BARMAN_CLOUD_PLUGIN_POD_LABELS = {"app": "barman-cloud"}
+BARMAN_CLOUD_PLUGIN_PORT = 9090
 BARMAN_CLOUD_CRD = CrdFile("barmancloud.cnpg.io_objectstores.yaml", "config/crd/bases/barmancloud.cnpg.io_objectstores.yaml",
                            "bb7db1e6e36cf04b137560d85d2ccdb57851aa9d")
 NVIDIA_API = "nvidia.com/v1alpha1"

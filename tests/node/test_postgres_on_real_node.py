@@ -1,10 +1,12 @@
-"""Node tier: CloudNativePG installed by `pulumi up` from its real chart, and the MLflow database running for real on
-the real node, from images built here and pulled from the rehearsal's loopback mirror by digest (issue #22, item 4's
-CloudNativePG and the ground item 6's backups stand on).
+"""Node tier: CloudNativePG installed by `pulumi up` from its real chart, the MLflow database running for real on the
+real node, backed up through the barman-cloud plugin to the in-cluster object store and restored from it, from images
+built here and pulled from the rehearsal's loopback mirror by digest (issue #22, item 4's CloudNativePG, item 6).
 
-`trainyard cluster up local --real-nodes` with the local stack's MLflow database declared (MLflow's own chart stays
-external, backups off: the barman-cloud plugin is not built yet), PostgreSQL 17 (the major Debian trixie ships, which
-the operand image is made of: docs/architecture.md). What is proven, each by the live cluster:
+`trainyard cluster up local --real-nodes` with the local stack's MLflow database declared, backups on (MLflow's own
+chart stays external), PostgreSQL 17 (the major Debian trixie ships, which the operand image is made of:
+docs/architecture.md). The rehearsal installs the barman-cloud plugin as a site would (`barman_cloud_install.py`:
+upstream's manifest.yaml, v0.14.0 standing in for v0.15.0, its images built here, its Certificates from the
+cert-manager stand-in). What is proven, each by the live cluster:
 
 - the operator's pod runs on the real node by the digest the factory built and the rehearsal's lock holds;
 - its webhook answers: the API server sends a dry-run create of an invalid Cluster to the operator's pod, which
@@ -13,11 +15,17 @@ the operand image is made of: docs/architecture.md). What is proven, each by the
   PersistentVolume), from the operand image built from Debian's packages, by digest; its init container copied the
   instance manager out of the operator's image;
 - `psql` in the instance (`kubectl exec`, as `kubectl cnpg psql` does) answers `select version()` with PostgreSQL
-  17, and the database the stack declared exists, owned by its application user.
+  17, and the database the stack declared exists, owned by its application user;
+- the plugin runs on the real node from the mirror, the operator reaches it through the stack's NetworkPolicy
+  (kube-router enforcing), and it injected its sidecar into the instance pod; WAL is archived (the Cluster's
+  ContinuousArchiving condition) and the stack's ScheduledBackup took its immediate backup;
+- rows written to the `mlflow` database, an on-demand `Backup` (method plugin) completed to the object store, the
+  database dropped, and a second Cluster bootstrapped from the ObjectStore (recovery to the end of that backup) has
+  the rows back.
 
-Needs root, the cluster and node tools (`tools/build.sh cluster kubelet coredns kube-router cnpg`), Debian's
-containerd, runc, CNI plugins and nftables, and deb.debian.org for the operand's packages on a cold cache; skips
-saying which is missing elsewhere (`make test-node`).
+Needs root, the cluster and node tools (`tools/build.sh cluster kubelet coredns kube-router cnpg barman-cloud`),
+Debian's containerd, runc, CNI plugins and nftables, and deb.debian.org and PyPI for the operand's and the sidecar's
+packages on a cold cache; skips saying which is missing elsewhere (`make test-node`).
 """
 
 from __future__ import annotations
@@ -25,24 +33,27 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from tests.node.one_node import deployed_platform
+from trainyard.rehearsal.cluster import REHEARSAL_STORAGE_CLASS
+from trainyard.rehearsal.kube import wait_until
 from trainyard.rehearsal.session import REAL_NODE, Rehearsal
+from trainyard.rehearsal.volumes import NodeVolume, provide
 from trainyard.supply.lock import load_lock
 
 pytestmark = pytest.mark.node
-TOOLS = ("cluster", "kubelet", "coredns", "kube-router", "cnpg", "kserve", "kube-rbac-proxy")
+TOOLS = ("cluster", "kubelet", "coredns", "kube-router", "cnpg", "kserve", "kube-rbac-proxy", "barman-cloud")
 TIMINGS: dict[str, float] = {}
 NAMESPACE, CLUSTER = "mlflow", "mlflow-db"
-# The local stack's MLflow database, as tests/cluster/test_destroy_keeps_data.py declares it (backups off), at the
-# major built here.
+# The local stack's MLflow database, as tests/cluster/test_destroy_keeps_data.py declares it, at the major built here,
+# backed up to the object store's mlflow-backups bucket.
 MLFLOW_DATABASE: dict[str, Any] = {
     "mlflow": {"enabled": True, "object_store": {"endpoint_url": "http://seaweedfs-all-in-one.object-store.svc:8333"},
-               "backup": {"enabled": False}, "database": {"postgresql": "17", "storage_size": "1Gi"}},
+               "backup": {"enabled": True}, "database": {"postgresql": "17", "storage_size": "1Gi"}},
     "object_store": {"platform_buckets": [{"name": "mlflow-artifacts"}, {"name": "mlflow-backups"}],
                      "services": [{"name": "mlflow", "namespace": "mlflow",
                                    "buckets": ["mlflow-artifacts", "mlflow-backups"]}]},
@@ -124,9 +135,10 @@ def test_the_mlflow_database_is_ready_on_the_real_node_from_the_built_operand(li
     print(f"  volume {volume['metadata']['name']}: local {path} (gid {os.stat(path).st_gid})")
 
 
-def _psql(live: Rehearsal, sql: str) -> str:
-    pod = f"{CLUSTER}-1"
-    result = live.kube.run("exec", "-n", NAMESPACE, pod, "-c", "postgres", "--", "psql", "-tA", "-c", sql)
+def _psql(live: Rehearsal, sql: str, database: str = "postgres", cluster: str = CLUSTER) -> str:
+    pod = f"{cluster}-1"
+    result = live.kube.run("exec", "-n", NAMESPACE, pod, "-c", "postgres", "--", "psql", "-v", "ON_ERROR_STOP=1",
+                           "-d", database, "-tA", "-c", sql)
     return str(result.stdout).strip()
 
 
@@ -139,6 +151,125 @@ def test_psql_in_the_instance_answers_and_the_declared_database_is_there(live: R
     owner = _psql(live, "select pg_get_userbyid(datdba) from pg_database where datname = 'mlflow'")
     print(f"database mlflow owned by {owner}")
     assert owner == "mlflow"
+
+
+def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind), {})
+
+
+def test_the_backup_plugin_runs_on_the_real_node_and_archives_wal(live: Rehearsal) -> None:
+    (pod,) = live.kube.items("pods", "cnpg-system", selector="app=barman-cloud")
+    assert pod["spec"]["nodeName"] == REAL_NODE
+    (container,), (status,) = pod["spec"]["containers"], pod["status"]["containerStatuses"]
+    assert status["ready"], pod["status"]
+    image = container["image"]
+    assert image.startswith("trainyard.local/mirror/cloudnative-pg/plugin-barman-cloud:v0.15.0@sha256:"), image
+    assert status["imageID"].endswith(image.split("@")[1])
+    print(f"cnpg-system/{pod['metadata']['name']} on {REAL_NODE}: {image}")
+    # Its client and server certificates, issued by the cert-manager stand-in for upstream's two Certificates.
+    for name in ("barman-cloud-client", "barman-cloud-server"):
+        certificate = live.kube.get("certificates.cert-manager.io", name, "cnpg-system")
+        assert _condition(certificate, "Ready").get("status") == "True", certificate.get("status")
+    # The operator found it (the Service in its namespace) and injected its sidecar into the instance pod.
+    (instance,) = live.kube.items("pods", NAMESPACE, selector=f"cnpg.io/cluster={CLUSTER}")
+    containers = {c["name"]: c for c in [*instance["spec"].get("initContainers", []), *instance["spec"]["containers"]]}
+    sidecar = containers.get("plugin-barman-cloud")
+    assert sidecar is not None, sorted(containers)
+    assert "plugin-barman-cloud-sidecar:v0.15.0@sha256:" in sidecar["image"], sidecar["image"]
+    print(f"{NAMESPACE}/{instance['metadata']['name']} sidecar plugin-barman-cloud: {sidecar['image']}")
+
+    def archiving() -> dict[str, Any] | None:
+        cluster = live.kube.get("clusters.postgresql.cnpg.io", CLUSTER, NAMESPACE)
+        condition = _condition(cluster, "ContinuousArchiving")
+        return cluster if condition.get("status") == "True" else None
+
+    start = time.monotonic()
+    _psql(live, "select pg_switch_wal()")  # a segment to archive now, not when it fills
+    cluster = wait_until("WAL archiving through the plugin", archiving, 300, interval=3)
+    TIMINGS["WAL archived through the plugin"] = time.monotonic() - start
+    print(f"Cluster {CLUSTER}: ContinuousArchiving {_condition(cluster, 'ContinuousArchiving')}, "
+          f"first recoverability point {cluster['status'].get('firstRecoverabilityPoint')}")
+
+
+def _backup_done(live: Rehearsal, name: str) -> Callable[[], dict[str, Any] | None]:
+    def done() -> dict[str, Any] | None:
+        backup = live.kube.get("backups.postgresql.cnpg.io", name, NAMESPACE)
+        phase = backup.get("status", {}).get("phase")
+        assert phase != "failed", backup.get("status")
+        return backup if phase == "completed" else None
+
+    return done
+
+
+RESTORED = f"{CLUSTER}-restored"
+ROWS = [(1, "lora run 1: checkpoint 300"), (2, "lora run 2: resumed from 300"), (3, "model version 1 promoted")]
+
+
+def test_backup_drop_and_restore_bring_the_rows_back(live: Rehearsal) -> None:
+    """Rows in MLflow's database, a Backup through the plugin, the database dropped, a Cluster recovered from the
+    object store to the end of that backup: the rows are back (docs/components/cnpg.md, "Restore")."""
+    values = ", ".join(f"({i}, '{note}')" for i, note in ROWS)
+    _psql(live, f"create table restore_probe (id int primary key, note text); insert into restore_probe values {values}",
+          database="mlflow")
+    print(f"wrote {len(ROWS)} rows to mlflow.restore_probe")
+    backup = {"apiVersion": "postgresql.cnpg.io/v1", "kind": "Backup",
+              "metadata": {"name": "before-the-drop", "namespace": NAMESPACE},
+              "spec": {"cluster": {"name": CLUSTER}, "method": "plugin",
+                       "pluginConfiguration": {"name": "barman-cloud.cloudnative-pg.io"}}}
+    start = time.monotonic()
+    live.kube.apply([backup], field_manager="trainyard-node-test")
+    done = wait_until("the Backup to complete", _backup_done(live, "before-the-drop"), 600, interval=3)
+    TIMINGS["Backup (method plugin) completed"] = time.monotonic() - start
+    status = done["status"]
+    print(f"Backup before-the-drop: {status['phase']} in {TIMINGS['Backup (method plugin) completed']:.1f}s, "
+          f"backupId {status.get('backupId')}, {status.get('destinationPath')}, WAL {status.get('beginWal')} .. "
+          f"{status.get('endWal')}")
+    assert status.get("backupId") and status.get("destinationPath", "").startswith("s3://")
+    # The scheduled backup's immediate one (the stack's ScheduledBackup, immediate: true) completed too.
+    scheduled = [b for b in live.kube.items("backups.postgresql.cnpg.io", NAMESPACE)
+                 if b["metadata"]["name"] != "before-the-drop"]
+    print("backups: " + ", ".join(f"{b['metadata']['name']} {b.get('status', {}).get('phase')}" for b in scheduled))
+    assert scheduled and all(b.get("status", {}).get("phase") == "completed" for b in scheduled)
+
+    _psql(live, "drop database mlflow with (force)")
+    assert _psql(live, "select count(*) from pg_database where datname = 'mlflow'") == "0"
+    print("dropped database mlflow")
+
+    # The restored Cluster's volume, as the rehearsal provides the stack's (a site's storage class would).
+    origin = live.kube.get("clusters.postgresql.cnpg.io", CLUSTER, NAMESPACE)
+    volume = NodeVolume(NAMESPACE, f"{RESTORED}-1", origin["spec"]["storage"]["size"], REHEARSAL_STORAGE_CLASS,
+                        REAL_NODE, live.settings.state_dir / "volumes" / NAMESPACE / f"{RESTORED}-1")
+    print(provide(live.kube, volume))
+    restored = {"apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster",
+                "metadata": {"name": RESTORED, "namespace": NAMESPACE},
+                "spec": {"instances": 1, "imageName": origin["spec"]["imageName"],
+                         "storage": {"size": origin["spec"]["storage"]["size"], "storageClass": REHEARSAL_STORAGE_CLASS},
+                         "affinity": origin["spec"].get("affinity", {}),
+                         "bootstrap": {"recovery": {"source": "origin", "database": "mlflow", "owner": "mlflow",
+                                                    "recoveryTarget": {"backupID": status["backupId"],
+                                                                       "targetImmediate": True}}},
+                         "externalClusters": [{"name": "origin", "plugin": {
+                             "name": "barman-cloud.cloudnative-pg.io",
+                             "parameters": {"barmanObjectName": "mlflow-backups", "serverName": CLUSTER}}}]}}
+    start = time.monotonic()
+    live.kube.apply([restored], field_manager="trainyard-node-test")
+
+    def ready() -> bool:
+        cluster = live.kube.get("clusters.postgresql.cnpg.io", RESTORED, NAMESPACE)
+        return _condition(cluster, "Ready").get("status") == "True"
+
+    try:
+        wait_until(f"Cluster {RESTORED} to be recovered and Ready", ready, 600, interval=3)
+    except TimeoutError:
+        cluster = live.kube.get("clusters.postgresql.cnpg.io", RESTORED, NAMESPACE)
+        pods = live.kube.run("get", "pods", "-n", NAMESPACE, "-o", "wide").stdout
+        raise AssertionError(f"{cluster.get('status')}\n{pods}") from None
+    TIMINGS["recovery Cluster Ready"] = time.monotonic() - start
+    print(live.kube.run("get", "pods", "-n", NAMESPACE, "-o", "wide").stdout.rstrip())
+    rows = _psql(live, "select id, note from restore_probe order by id", database="mlflow", cluster=RESTORED)
+    print(f"Cluster {RESTORED} (recovered in {TIMINGS['recovery Cluster Ready']:.1f}s), mlflow.restore_probe:\n{rows}")
+    assert rows.splitlines() == [f"{i}|{note}" for i, note in ROWS]
+    assert _psql(live, "select count(*) from pg_database where datname = 'mlflow'") == "0"  # the origin's is gone
 
 
 def test_timings(live: Rehearsal) -> None:

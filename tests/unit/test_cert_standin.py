@@ -211,6 +211,15 @@ def test_the_rehearsal_runs_it_only_where_cert_manager_is_external_and_kserve_is
     assert not cert_standin.wanted(overlay(("kueue",)))  # KServe external: no Certificate is applied
     assert not cert_standin.wanted(overlay(("kueue", "kserve", "cert-manager")))  # the real cert-manager is installed
     assert not cert_standin.wanted(open_stack("staging").config) and not cert_standin.wanted(open_stack("prod").config)
+    # The barman-cloud plugin's two Certificates (the MLflow database backed up, CloudNativePG installed here), even
+    # with KServe external.
+    backups = {"mlflow": {"enabled": True, "object_store": {"endpoint_url": "http://seaweedfs-all-in-one.object-store.svc:8333"},
+                          "backup": {"enabled": True}},
+               "object_store": {"platform_buckets": [{"name": "mlflow-artifacts"}, {"name": "mlflow-backups"}],
+                                "services": [{"name": "mlflow", "namespace": "mlflow",
+                                              "buckets": ["mlflow-artifacts", "mlflow-backups"]}]}}
+    assert cert_standin.wanted(overlay(("kueue", "cnpg"), **backups))
+    assert not cert_standin.wanted(overlay(("kueue", "cnpg", "cert-manager"), **backups))
 
 
 def test_no_product_module_imports_the_stand_in() -> None:

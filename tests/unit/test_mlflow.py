@@ -94,6 +94,11 @@ def test_mlflow_admits_only_tenant_namespaces_and_postgres_only_mlflow() -> None
     assert rule["ports"] == [{"protocol": "TCP", "port": 5000}]
     db_policy = _by("NetworkPolicy", "allow-postgres-from-mlflow", objects)
     assert db_policy["spec"]["ingress"][0]["from"] == [{"podSelector": mlflow_policy["spec"]["podSelector"]}]
+    # The operator reaches the status port of every Cluster's instances (mlflow-db's and a restored one's), nothing else.
+    operator = _by("NetworkPolicy", "allow-cnpg-operator", objects)
+    assert operator["spec"]["podSelector"] == {"matchExpressions": [{"key": "cnpg.io/cluster", "operator": "Exists"}]}
+    assert operator["spec"]["ingress"] == [{"from": [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "cnpg-system"}}}], "ports": [{"protocol": "TCP", "port": 8000}]}]
 
 
 def test_runtimes_read_the_tenant_secrets_and_name_their_checkpoint_location() -> None:

@@ -80,10 +80,11 @@ class MlflowDatabase(Model):
 class MlflowBackup(Model):
     """Continuous backup (WAL archive and base backups) through the barman-cloud CNPG-I plugin.
 
-    The plugin itself (chart plugin-barman-cloud, needs cert-manager) is a prerequisite this
-    stack does not install: neither its chart nor its ObjectStore CRD is in the mirror. With
-    backups enabled, Trainyard declares the ObjectStore, the Cluster's plugin entry and a
-    ScheduledBackup; see docs/components/mlflow.md.
+    The plugin itself (upstream's manifest.yaml in the operator's namespace, with cert-manager
+    for its two Certificates) is a site prerequisite this stack does not install: neither its
+    chart nor its ObjectStore CRD is in the mirror. With backups enabled, Trainyard declares the
+    ObjectStore, the Cluster's plugin entry, a ScheduledBackup and the NetworkPolicy that lets the
+    operator reach the plugin; see docs/components/cnpg.md ("Backups", "Restore").
     """
 
     enabled: bool = Field(default=True, description="Archive WAL and take scheduled base backups to backups_bucket.")

@@ -10,7 +10,9 @@ What this concern declares, when ``mlflow.enabled``:
   artifact bucket's keys), basic-auth with a generated admin password and ``NO_PERMISSIONS`` by
   default, and a sidecar that keeps one MLflow user per tenant in step with its generated password;
 - NetworkPolicies: the MLflow pods admit only tenant (and listed serving) namespaces on 5000;
-  the PostgreSQL pods admit only MLflow, their own instances and the CNPG operator;
+  the PostgreSQL pods admit only MLflow, their own instances and the CNPG operator (which reaches
+  every Cluster's instances, a restored one too); with backups on, the operator reaches the
+  barman-cloud plugin the site installs in its namespace (``allow-barman-cloud-plugin``);
 - in every tenant namespace: the ``trainyard-mlflow`` Secret (tracking URI, user, password)
   that the approved runtimes read with ``envFrom``.
 
@@ -348,12 +350,29 @@ def network_policies(config: PlatformConfig) -> list[Manifest]:
                 # Streaming replication and the instance manager between the cluster's own instances.
                 {"from": [{"podSelector": db_pods}],
                  "ports": [{"protocol": "TCP", "port": POSTGRES_PORT}, {"protocol": "TCP", "port": CNPG_STATUS_PORT}]},
-                # The operator polls each instance's status endpoint.
-                {"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: cnpg_namespace}}}],
-                 "ports": [{"protocol": "TCP", "port": CNPG_STATUS_PORT}]},
             ],
         }),
+        # The operator polls every instance's status endpoint and asks it for backups: every Cluster's instances,
+        # so that one restored beside mlflow-db (docs/components/cnpg.md, "Restore") is reachable too.
+        policy("allow-cnpg-operator", {
+            "podSelector": {"matchExpressions": [{"key": "cnpg.io/cluster", "operator": "Exists"}]},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: cnpg_namespace}}}],
+                         "ports": [{"protocol": "TCP", "port": CNPG_STATUS_PORT}]}],
+        }),
     ]
+
+
+def plugin_policy(config: PlatformConfig, namespace: str) -> Manifest:
+    """In the operator's namespace, where the site installs the barman-cloud plugin (upstream's manifest.yaml): the
+    operator's calls to it (mTLS gRPC). ``default-deny-ingress`` there would refuse them, and every backup with them."""
+    operator_pods = {"app.kubernetes.io/name": "cloudnative-pg"}  # the chart's selectorLabels (cloudnative-pg.name)
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": metadata("allow-barman-cloud-plugin", namespace=namespace, labels={COMPONENT_LABEL: "cnpg"}),
+            "spec": {"podSelector": {"matchLabels": dict(catalog.BARMAN_CLOUD_PLUGIN_POD_LABELS)},
+                     "policyTypes": ["Ingress"],
+                     "ingress": [{"from": [{"podSelector": {"matchLabels": operator_pods}}],
+                                  "ports": [{"protocol": "TCP", "port": catalog.BARMAN_CLOUD_PLUGIN_PORT}]}]}}
 
 
 def tenant_secret(config: PlatformConfig, tenant_name: str, namespace: str) -> Manifest:
@@ -378,6 +397,8 @@ def build_operator(config: PlatformConfig, lock: ImageLock | None = None) -> Con
     if not cnpg.external:
         objects.append(_namespace(cnpg.namespace, "cnpg"))
         objects += controller_policies(config, cnpg.namespace, "cnpg")
+        if config.mlflow.backup.enabled:
+            objects.append(plugin_policy(config, cnpg.namespace))
     return Concern("postgres-operator", objects=tuple(objects), releases=(cnpg,))
 
 

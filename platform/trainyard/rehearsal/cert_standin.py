@@ -96,12 +96,16 @@ TARGETS = (
 
 
 def wanted(config: PlatformConfig) -> bool:
-    """Whether the rehearsal of ``config`` needs the stand-in: cert-manager is external (nothing else issues) and a
-    chart the stack installs here declares Certificates (KServe's, where serving is on and KServe is not external).
-    A stack that does not list cert-manager as external installs the real one: the stand-in never runs beside it."""
+    """Whether the rehearsal of ``config`` (with real nodes) needs the stand-in: cert-manager is external (nothing
+    else issues) and something installed here declares Certificates: KServe's chart, where serving is on and KServe
+    is not external, or the barman-cloud plugin's manifest, where the MLflow database is backed up
+    (``barman_cloud_install.wanted``). A stack that does not list cert-manager as external installs the real one:
+    the stand-in never runs beside it."""
+    from trainyard.rehearsal import barman_cloud_install
+
     externals = config.rehearsal.external_controllers
-    return (CERT_MANAGER in externals and config.serving is not None and config.serving.cert_manager.install
-            and "kserve" not in externals)
+    kserve = config.serving is not None and config.serving.cert_manager.install and "kserve" not in externals
+    return CERT_MANAGER in externals and (kserve or barman_cloud_install.wanted(config, real_nodes=True))
 
 
 # ---------------------------------------------------------------- issuing (pure)

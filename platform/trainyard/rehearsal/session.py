@@ -234,10 +234,66 @@ class Rehearsal:
     def deploy(self, extra: Iterable[str] = ()) -> EngineRun:
         """``pulumi up`` of the rehearsal overlay of the stack, with the real engine (tools/pulumi-local.sh); then, where
         the stack declares monitoring on real nodes, the Prometheus a site would run (``install_monitoring``)."""
+        plugin = self.backup_plugin_wanted()
+        if plugin:
+            self.install_backup_plugin_crd()
         run = self.engine("up", "--yes", "--skip-preview", *extra)
+        if run.returncode == 0 and plugin:
+            self.install_backup_plugin()
         if run.returncode == 0 and self.monitoring_wanted():
             self.install_monitoring()
         return run
+
+    # ------------------------------------------------------------------ the site's backup plugin (rehearsal only)
+
+    def backup_plugin_wanted(self) -> bool:
+        from trainyard.rehearsal import barman_cloud_install
+
+        return barman_cloud_install.wanted(self.config, self.in_cluster is not None)
+
+    def install_backup_plugin_crd(self) -> None:
+        """The plugin's ObjectStore CRD, before ``pulumi up`` applies the stack's ObjectStore (``barman_cloud_install``)."""
+        from functools import partial
+
+        from trainyard.rehearsal import barman_cloud_install
+
+        crd = barman_cloud_install.crd(barman_cloud_install.upstream_objects(self.settings.tools_dir))
+        self.kube.apply([crd], field_manager=barman_cloud_install.FIELD_MANAGER)
+        wait_until(f"CRD {barman_cloud_install.CRD_NAME} to be established",
+                   partial(self.controllers._established, barman_cloud_install.CRD_NAME), 60)
+
+    def install_backup_plugin(self) -> None:
+        """The barman-cloud plugin from upstream's manifest in the operator's namespace, its images built by the
+        factory and pushed to the loopback mirror (``barman_cloud_install.py``), after ``pulumi up`` made the
+        namespace; its Certificates are issued by the cert-manager stand-in."""
+        from trainyard.rehearsal import barman_cloud_image, barman_cloud_install
+        from trainyard.rehearsal.image_cache import cache_root
+
+        assert self.in_cluster is not None
+        start = time.monotonic()
+        built = barman_cloud_image.build(self.config, self.settings.tools_dir, cache_root())
+        factory.push_images(built, self.in_cluster.registry)
+        for image in built:
+            print(f"    image {image.reference} ({'cached' if image.cached else 'built'}"
+                  f"{'; ' + image.note if image.note else ''})", flush=True)
+        plugin, sidecar = built  # barman_cloud_image.build's order
+        upstream = barman_cloud_install.upstream_objects(self.settings.tools_dir)
+        objects = barman_cloud_install.plugin_objects(self.config, upstream, plugin.reference, sidecar.reference)
+        self.kube.apply(objects, field_manager=barman_cloud_install.FIELD_MANAGER)
+        print(f"==> backups (the site's plugin, rehearsal only) in {time.monotonic() - start:.1f}s: barman-cloud "
+              f"{barman_cloud_image.stand_in().module_version} in {barman_cloud_install.namespace(upstream)} "
+              f"({len(objects)} objects of its manifest.yaml)", flush=True)
+
+    def backup_plugin_problems(self) -> list[str]:
+        """Why the plugin is not Available on the real node (empty without backups)."""
+        from trainyard.rehearsal import barman_cloud_install
+
+        if not self.backup_plugin_wanted():
+            return []
+        namespace = barman_cloud_install.namespace(barman_cloud_install.upstream_objects(self.settings.tools_dir))
+        found = [d for d in self.kube.items("deployments", namespace)
+                 if d["metadata"]["name"] == barman_cloud_install.DEPLOYMENT]
+        return barman_cloud_install.plugin_problems(found[0] if found else None)
 
     # ------------------------------------------------------------------ the site's Prometheus (rehearsal only)
 
@@ -395,7 +451,8 @@ class Rehearsal:
                     if pod["spec"].get("nodeName") not in (None, REAL_NODE):
                         found.append(f"{namespace}/{pod['metadata']['name']} on {pod['spec'].get('nodeName')}, "
                                      f"not the real node {REAL_NODE}")
-            return found + (self.postgres_problems() + self.monitoring_problems() if not found else [])
+            return found + (self.backup_plugin_problems() + self.postgres_problems() + self.monitoring_problems()
+                            if not found else [])
 
         try:
             wait_until("the platform's pods to be Ready on the real node", lambda: not problems(), timeout)
