@@ -19,25 +19,33 @@ cert-manager stand-in). What is proven, each by the live cluster:
 - the plugin runs on the real node from the mirror, the operator reaches it through the stack's NetworkPolicy
   (kube-router enforcing), and it injected its sidecar into the instance pod; WAL is archived (the Cluster's
   ContinuousArchiving condition) and the stack's ScheduledBackup took its immediate backup;
-- rows written to the `mlflow` database, an on-demand `Backup` (method plugin) completed to the object store, the
-  database dropped, and a second Cluster bootstrapped from the ObjectStore (recovery to the end of that backup) has
-  the rows back.
+- MLflow's runs (three, with params and loss histories) and a registered model version written to the `mlflow`
+  database by MLflow's own SQL store (the MLflow tool venv, through `kubectl port-forward`), an on-demand `Backup`
+  (method plugin) completed to the object store, the database dropped, and a second Cluster bootstrapped from the
+  ObjectStore (recovery to the end of that backup): MLflow reads every run and the model version back from it.
 
-Needs root, the cluster and node tools (`tools/build.sh cluster kubelet coredns kube-router cnpg barman-cloud`),
+Needs root, the cluster and node tools (`tools/build.sh cluster kubelet coredns kube-router cnpg barman-cloud`), the
+MLflow tool venv (`tools/mlflow/install.sh`),
 Debian's containerd, runc, CNI plugins and nftables, and deb.debian.org and PyPI for the operand's and the sidecar's
 packages on a cold cache; skips saying which is missing elsewhere (`make test-node`).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import subprocess
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
+from tests.dataplane.test_mlflow_server import VENV_PYTHON as MLFLOW_PYTHON
 from tests.node.one_node import deployed_platform
 from trainyard.rehearsal.cluster import REHEARSAL_STORAGE_CLASS
 from trainyard.rehearsal.kube import wait_until
@@ -202,16 +210,50 @@ def _backup_done(live: Rehearsal, name: str) -> Callable[[], dict[str, Any] | No
 
 
 RESTORED = f"{CLUSTER}-restored"
-ROWS = [(1, "lora run 1: checkpoint 300"), (2, "lora run 2: resumed from 300"), (3, "model version 1 promoted")]
 
 
-def test_backup_drop_and_restore_bring_the_rows_back(live: Rehearsal) -> None:
-    """Rows in MLflow's database, a Backup through the plugin, the database dropped, a Cluster recovered from the
-    object store to the end of that backup: the rows are back (docs/components/cnpg.md, "Restore")."""
-    values = ", ".join(f"({i}, '{note}')" for i, note in ROWS)
-    _psql(live, f"create table restore_probe (id int primary key, note text); insert into restore_probe values {values}",
-          database="mlflow")
-    print(f"wrote {len(ROWS)} rows to mlflow.restore_probe")
+@contextmanager
+def _forwarded(live: Rehearsal, pod: str) -> Iterator[int]:
+    """``kubectl port-forward`` to the instance's 5432 (the kubelet's streaming, containerd in the pod's network
+    namespace); the local port."""
+    command = [str(live.kube.kubectl), "--kubeconfig", str(live.kube.kubeconfig), "port-forward", "-n", NAMESPACE,
+               f"pod/{pod}", ":5432"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # "Forwarding from 127.0.0.1:NNNNN -> 5432"
+        assert line.startswith("Forwarding from 127.0.0.1:"), (line, proc.stderr.read() if proc.poll() is not None else "")
+        yield int(line.split("127.0.0.1:")[1].split()[0])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _mlflow(live: Rehearsal, command: str, cluster: str) -> dict[str, Any]:
+    """tests/node/mlflow_runs.py in the MLflow tool venv, against ``cluster``'s ``mlflow`` database as its owner (the
+    password of the Secret CloudNativePG made for it)."""
+    if not MLFLOW_PYTHON.is_file():
+        pytest.fail(f"MLflow's venv {MLFLOW_PYTHON.parent.parent} not found: run `tools/mlflow/install.sh`")
+    secret = live.kube.get("secret", f"{cluster}-app", NAMESPACE)
+    password = base64.b64decode(secret["data"]["password"]).decode()
+    with _forwarded(live, f"{cluster}-1") as port:
+        uri = f"postgresql+psycopg://mlflow:{quote(password, safe='')}@127.0.0.1:{port}/mlflow"
+        result = subprocess.run([str(MLFLOW_PYTHON), str(Path(__file__).parent / "mlflow_runs.py"), command, uri],
+                                capture_output=True, text=True, check=False, timeout=300, cwd=live.settings.state_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return dict(json.loads(result.stdout.splitlines()[-1]))
+
+
+def test_backup_drop_and_restore_bring_mlflows_runs_back(live: Rehearsal) -> None:
+    """MLflow's runs and model version in its database, a Backup through the plugin, the database dropped, a Cluster
+    recovered from the object store to the end of that backup: every run is back (docs/components/cnpg.md, "Restore")."""
+    start = time.monotonic()
+    written = _mlflow(live, "write", CLUSTER)
+    TIMINGS["MLflow runs written (SQL store, port-forward)"] = time.monotonic() - start
+    print(f"MLflow in {CLUSTER}/mlflow: {len(written['runs'])} runs, model versions {written['model_versions']}")
+    for run in written["runs"]:
+        print(f"  {run['name']} {run['id']} {run['status']} params {run['params']} loss {run['loss']}")
+    assert len(written["runs"]) == 3 and len(written["model_versions"]) == 1
     backup = {"apiVersion": "postgresql.cnpg.io/v1", "kind": "Backup",
               "metadata": {"name": "before-the-drop", "namespace": NAMESPACE},
               "spec": {"cluster": {"name": CLUSTER}, "method": "plugin",
@@ -225,10 +267,10 @@ def test_backup_drop_and_restore_bring_the_rows_back(live: Rehearsal) -> None:
           f"backupId {status.get('backupId')}, {status.get('destinationPath')}, WAL {status.get('beginWal')} .. "
           f"{status.get('endWal')}")
     assert status.get("backupId") and status.get("destinationPath", "").startswith("s3://")
-    # The scheduled backup's immediate one (the stack's ScheduledBackup, immediate: true) completed too.
+    # The stack's ScheduledBackup (immediate: true) took one too, when the Cluster first became Ready.
     scheduled = [b for b in live.kube.items("backups.postgresql.cnpg.io", NAMESPACE)
                  if b["metadata"]["name"] != "before-the-drop"]
-    print("backups: " + ", ".join(f"{b['metadata']['name']} {b.get('status', {}).get('phase')}" for b in scheduled))
+    print("other backups: " + ", ".join(f"{b['metadata']['name']} {b.get('status', {}).get('phase')}" for b in scheduled))
     assert scheduled and all(b.get("status", {}).get("phase") == "completed" for b in scheduled)
 
     _psql(live, "drop database mlflow with (force)")
@@ -266,9 +308,10 @@ def test_backup_drop_and_restore_bring_the_rows_back(live: Rehearsal) -> None:
         raise AssertionError(f"{cluster.get('status')}\n{pods}") from None
     TIMINGS["recovery Cluster Ready"] = time.monotonic() - start
     print(live.kube.run("get", "pods", "-n", NAMESPACE, "-o", "wide").stdout.rstrip())
-    rows = _psql(live, "select id, note from restore_probe order by id", database="mlflow", cluster=RESTORED)
-    print(f"Cluster {RESTORED} (recovered in {TIMINGS['recovery Cluster Ready']:.1f}s), mlflow.restore_probe:\n{rows}")
-    assert rows.splitlines() == [f"{i}|{note}" for i, note in ROWS]
+    back = _mlflow(live, "read", RESTORED)
+    print(f"MLflow in {RESTORED}/mlflow (recovered in {TIMINGS['recovery Cluster Ready']:.1f}s): {len(back['runs'])} "
+          f"runs, model versions {back['model_versions']}")
+    assert back == written
     assert _psql(live, "select count(*) from pg_database where datname = 'mlflow'") == "0"  # the origin's is gone
 
 

@@ -37,15 +37,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trainyard import catalog, yamlio
+from trainyard import catalog
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.placement import pod_placement
+from trainyard.rehearsal import site_manifests
 from trainyard.rehearsal.settings import ClusterError
 
 TOOL = "barman-cloud"  # tools/build.sh: the binary and share/barman-cloud/
 MANIFEST = "manifest.yaml"
-FIELD_MANAGER = "trainyard-rehearsal-site"
-LABEL = {"trainyard.dev/rehearsal": "backups"}
+FIELD_MANAGER = site_manifests.FIELD_MANAGER
+PURPOSE = "backups"
+LABEL = {site_manifests.LABEL_KEY: PURPOSE}
 DEPLOYMENT = "barman-cloud"  # manifest.yaml's Deployment and Service (cnpg.io/pluginName annotations)
 SIDECAR_KEY = "SIDECAR_IMAGE"
 CRD_NAME = "objectstores.barmancloud.cnpg.io"
@@ -59,16 +61,12 @@ def wanted(config: PlatformConfig, real_nodes: bool) -> bool:
 
 
 def manifest_path(tools_dir: Path) -> Path:
-    return tools_dir / "share" / TOOL / MANIFEST
+    return site_manifests.share_path(tools_dir, TOOL, MANIFEST)
 
 
 def upstream_objects(tools_dir: Path) -> list[Manifest]:
     """Upstream's manifest, parsed (refused with the command that provides it where absent)."""
-    path = manifest_path(tools_dir)
-    if not path.is_file():
-        raise ClusterError(f"{path} not found: run `tools/build.sh {TOOL}` (it copies manifest.yaml out of the "
-                           "plugin's module)")
-    return [doc for doc in yamlio.safe_load_all(path.read_text(encoding="utf-8")) if doc]
+    return site_manifests.documents(tools_dir, TOOL, MANIFEST)
 
 
 def crd(objects: Sequence[Manifest]) -> Manifest:
@@ -80,8 +78,7 @@ def crd(objects: Sequence[Manifest]) -> Manifest:
 
 
 def _labelled(obj: Manifest) -> Manifest:
-    obj["metadata"]["labels"] = {**obj["metadata"].get("labels", {}), **LABEL}
-    return obj
+    return site_manifests.labelled(obj, PURPOSE)
 
 
 def namespace(objects: Sequence[Manifest]) -> str:

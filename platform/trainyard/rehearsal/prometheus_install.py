@@ -52,11 +52,13 @@ import yaml
 from trainyard import yamlio
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.placement import pod_placement
+from trainyard.rehearsal import site_manifests
 from trainyard.rehearsal.settings import ClusterError
 
 BUNDLE = "bundle.yaml"
-FIELD_MANAGER = "trainyard-rehearsal-site"
-LABEL = {"trainyard.dev/rehearsal": "monitoring"}
+FIELD_MANAGER = site_manifests.FIELD_MANAGER
+PURPOSE = "monitoring"
+LABEL = {site_manifests.LABEL_KEY: PURPOSE}
 OPERATOR = "prometheus-operator"  # bundle.yaml's Deployment, ServiceAccount, Service and ClusterRole(Binding)
 PROMETHEUS = "k8s"
 RELOADER_FLAG = "--prometheus-config-reloader="
@@ -83,16 +85,12 @@ def wanted(config: PlatformConfig, real_nodes: bool) -> bool:
 
 
 def bundle_path(tools_dir: Path) -> Path:
-    return tools_dir / "share" / OPERATOR / BUNDLE
+    return site_manifests.share_path(tools_dir, OPERATOR, BUNDLE)
 
 
 def upstream_objects(tools_dir: Path) -> list[Manifest]:
     """Upstream's bundle, parsed (refused with the command that provides it where absent)."""
-    path = bundle_path(tools_dir)
-    if not path.is_file():
-        raise ClusterError(f"{path} not found: run `tools/build.sh prometheus-operator` (it copies bundle.yaml out of "
-                           "the operator's module)")
-    return [doc for doc in yaml.load_all(path.read_text(encoding="utf-8"), Loader=_BundleLoader) if doc]
+    return site_manifests.documents(tools_dir, OPERATOR, BUNDLE, loader=_BundleLoader)
 
 
 def crds_to_apply(objects: Sequence[Manifest], declared: Mapping[str, Manifest]) -> list[Manifest]:
@@ -114,8 +112,7 @@ def _version(crd: Manifest) -> object:
 
 
 def _labelled(obj: Manifest) -> Manifest:
-    obj["metadata"]["labels"] = {**obj["metadata"].get("labels", {}), **LABEL}
-    return obj
+    return site_manifests.labelled(obj, PURPOSE)
 
 
 def operator_objects(config: PlatformConfig, objects: Sequence[Manifest], operator_image: str,

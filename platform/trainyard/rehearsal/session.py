@@ -101,6 +101,15 @@ class Rehearsal:
         print(f"==> rehearsal cluster for stack {self.stack.name} in {self.settings.state_dir}", flush=True)
         if self.in_cluster is not None:
             self._real_node().check()  # a machine that cannot run the node: say what is missing, start nothing
+            if self.backup_plugin_wanted():  # the site's plugin is installed at deploy: its tool must be there now
+                from trainyard.rehearsal import barman_cloud_image, barman_cloud_install
+                from trainyard.rehearsal.images import ImageError
+
+                barman_cloud_install.upstream_objects(self.settings.tools_dir)
+                try:
+                    barman_cloud_image.plugin_binary(self.settings.tools_dir)
+                except ImageError as exc:
+                    raise ClusterError(str(exc)) from None
         self.controllers.check_versions()
         self.control_plane.up()
         self.controllers.install_crds()
