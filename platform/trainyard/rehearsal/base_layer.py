@@ -124,16 +124,29 @@ def installed_package(name: str, root: Path = Path("/")) -> DebianPackage:
     return DebianPackage(name, version, md5sums, tuple(p.lstrip("/") for p in paths if p.strip("/.")))
 
 
+# dpkg states whose files are all unpacked and configured: only a trigger (libc-bin's ldconfig, ...) is still to run.
+# Ref: dpkg-query(1) "Package status" (triggers-awaited, triggers-pending).
+INSTALLED_STATES = ("installed", "triggers-pending", "triggers-awaited")
+
+
 def _status_version(status: Path, name: str) -> str | None:
-    """The ``Version:`` of an installed ``name`` in dpkg's status file (its paragraphs are separated by blank lines)."""
+    """The ``Version:`` of an installed ``name`` in dpkg's status file (its paragraphs are separated by blank lines).
+    A package whose triggers are pending counts as installed (an apt-get elsewhere on the machine triggers libc-bin);
+    one being unpacked or configured does not: ``ImageError`` names its state."""
     try:
         text = status.read_text(encoding="utf-8")
     except OSError:
         return None
     for paragraph in text.split("\n\n"):
         fields = dict(line.split(": ", 1) for line in paragraph.splitlines() if ": " in line and not line[0].isspace())
-        if fields.get("Package") == name and "install ok installed" in fields.get("Status", ""):
+        if fields.get("Package") != name:
+            continue
+        want, _, state = fields.get("Status", "").partition(" ok ")
+        if want == "install" and state in INSTALLED_STATES:
             return fields.get("Version")
+        if want == "install" and state != "not-installed":
+            raise ImageError(f"the Debian package {name} is {state} (dpkg): an apt-get or dpkg is changing it; run again "
+                             "when it is done")
     return None
 
 
