@@ -87,7 +87,7 @@ def _locked(live: Rehearsal, image: str, status: dict[str, Any]) -> str:
 
 
 def test_the_operator_runs_on_the_real_node_by_the_built_digest(live: Rehearsal) -> None:
-    (pod,) = live.kube.items("pods", "cnpg-system")
+    (pod,) = live.kube.items("pods", "cnpg-system", selector="app.kubernetes.io/name=cloudnative-pg")
     assert pod["spec"]["nodeName"] == REAL_NODE
     (container,), (status,) = pod["spec"]["containers"], pod["status"]["containerStatuses"]
     assert status["ready"], pod["status"]
@@ -128,9 +128,11 @@ def test_the_mlflow_database_is_ready_on_the_real_node_from_the_built_operand(li
     status = next(s for s in pod["status"]["containerStatuses"] if s["name"] == "postgres")
     assert "postgresql:17.12-minimal-trixie@" in postgres["image"]
     print(f"{NAMESPACE}/{pod['metadata']['name']} postgres: {_locked(live, postgres['image'], status)}")
-    (init,) = pod["spec"]["initContainers"]
-    init_status = pod["status"]["initContainerStatuses"][0]
-    assert init["name"] == "bootstrap-controller" and init["command"][:3] == ["/manager", "bootstrap", "/controller/manager"]
+    # The operator's bootstrap init container (and, with backups on, the plugin's sidecar: a native sidecar, so an
+    # init container too; checked below).
+    init = next(c for c in pod["spec"]["initContainers"] if c["name"] == "bootstrap-controller")
+    init_status = next(s for s in pod["status"]["initContainerStatuses"] if s["name"] == "bootstrap-controller")
+    assert init["command"][:3] == ["/manager", "bootstrap", "/controller/manager"]
     assert init_status["state"]["terminated"]["exitCode"] == 0
     print(f"  bootstrap-controller: {_locked(live, init['image'], init_status)}")
     # The operator's claim, bound to the volume the rehearsal provided for it (volumes.database_volumes): a local
@@ -263,10 +265,9 @@ def test_backup_drop_and_restore_bring_mlflows_runs_back(live: Rehearsal) -> Non
     done = wait_until("the Backup to complete", _backup_done(live, "before-the-drop"), 600, interval=3)
     TIMINGS["Backup (method plugin) completed"] = time.monotonic() - start
     status = done["status"]
-    print(f"Backup before-the-drop: {status['phase']} in {TIMINGS['Backup (method plugin) completed']:.1f}s, "
-          f"backupId {status.get('backupId')}, {status.get('destinationPath')}, WAL {status.get('beginWal')} .. "
-          f"{status.get('endWal')}")
-    assert status.get("backupId") and status.get("destinationPath", "").startswith("s3://")
+    print(f"Backup before-the-drop: {status['phase']} in {TIMINGS['Backup (method plugin) completed']:.1f}s: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(status.items()) if k not in ("conditions", "pluginMetadata")))
+    assert status.get("backupId") and status.get("beginWal")
     # The stack's ScheduledBackup (immediate: true) took one too, when the Cluster first became Ready.
     scheduled = [b for b in live.kube.items("backups.postgresql.cnpg.io", NAMESPACE)
                  if b["metadata"]["name"] != "before-the-drop"]

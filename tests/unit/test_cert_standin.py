@@ -8,6 +8,7 @@ import base64
 import copy
 import datetime
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +242,39 @@ def test_the_process_refuses_a_directory_that_is_not_a_rehearsal_clusters_pki(tm
                                                                                capsys: pytest.CaptureFixture[str]) -> None:
     assert cert_standin.main(["--server", "https://127.0.0.1:1", "--pki", str(tmp_path), "--once"]) == 2
     assert "not a rehearsal cluster's pki directory" in capsys.readouterr().err
+
+
+# The barman-cloud plugin's client Certificate and its issuer (plugin-barman-cloud manifest.yaml): self-signed, and
+# the plugin trusts exactly that certificate (--client-cert=/client/tls.crt). A Go TLS client only sends a certificate
+# whose issuer the server names as acceptable, so one signed by another CA is never sent ("tls: certificate required").
+BARMAN_CLIENT: dict[str, Any] = {
+    "apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+    "metadata": {"name": "barman-cloud-client", "namespace": "cnpg-system", "generation": 1},
+    "spec": {"commonName": "barman-cloud-client", "duration": "2160h", "isCA": False, "renewBefore": "360h",
+             "issuerRef": {"group": "cert-manager.io", "kind": "Issuer", "name": "selfsigned-issuer"},
+             "secretName": "barman-cloud-client-tls", "usages": ["client auth"]}}
+SELF_SIGNED_ISSUER: dict[str, Any] = {"apiVersion": "cert-manager.io/v1", "kind": "Issuer",
+                                      "metadata": {"name": "selfsigned-issuer", "namespace": "cnpg-system"},
+                                      "spec": {"selfSigned": {}}}
+
+
+def test_a_self_signed_issuers_certificate_is_self_signed_and_its_own_ca(ca: StandinCa) -> None:
+    api = FakeApi({"/apis/cert-manager.io/v1/namespaces/cnpg-system/certificates/barman-cloud-client": BARMAN_CLIENT,
+                   "/apis/cert-manager.io/v1/namespaces/cnpg-system/issuers/selfsigned-issuer": SELF_SIGNED_ISSUER})
+    done = CertStandin(api, ca).pass_once(NOW)  # type: ignore[arg-type]
+    assert "issued Secret cnpg-system/barman-cloud-client-tls" in done[0]
+    secret = api.objects["/api/v1/namespaces/cnpg-system/secrets/barman-cloud-client-tls"]
+    crt, ca_crt = (base64.b64decode(secret["data"][k]) for k in ("tls.crt", "ca.crt"))
+    assert ca_crt == crt  # cert-manager's SelfSigned issuer: ca.crt is the certificate itself
+    text = _openssl("x509", "-noout", "-issuer", "-subject", "-ext", "extendedKeyUsage", data=crt)
+    assert "issuer=CN = barman-cloud-client" in text and "subject=CN = barman-cloud-client" in text
+    assert "TLS Web Client Authentication" in text
+    with tempfile.NamedTemporaryFile(suffix=".pem") as own:
+        own.write(crt)
+        own.flush()
+        assert _openssl("verify", "-CAfile", own.name, "-purpose", "sslclient", data=crt).strip() == "stdin: OK"
+    # Current afterwards: a second pass issues nothing; the same Certificate under the stand-in's CA would be reissued.
+    assert CertStandin(api, ca).pass_once(NOW + datetime.timedelta(minutes=1)) == []  # type: ignore[arg-type]
+    certificate = api.objects["/apis/cert-manager.io/v1/namespaces/cnpg-system/certificates/barman-cloud-client"]
+    assert reissue_reason(certificate, secret, cert_standin.SELF_SIGNED, NOW) is None
+    assert reissue_reason(certificate, secret, ca.cert.read_bytes(), NOW) is not None

@@ -14,7 +14,9 @@ Certificates the stack declares, and nothing else:
   plus ``cert-manager.io/certificate-name`` and the issuer's name, kind and group, the label
   ``controller.cert-manager.io/fao: "true"``, and ``spec.secretTemplate``'s labels and annotations; written by
   server-side apply with ``force``, as cert-manager does. The key and certificate come from the Certificate's spec
-  with cert-manager's defaults (``standin_issuer.py``), signed by the stand-in's CA. The Certificate's status gets
+  with cert-manager's defaults (``standin_issuer.py``), self-signed where the issuer is a ``selfSigned`` Issuer or
+  ClusterIssuer (``ca.crt`` then is the certificate itself, as cert-manager writes it), else signed by the stand-in's
+  CA. The Certificate's status gets
   ``Ready`` and ``notBefore``/``notAfter``/``renewalTime``/``revision``. A Secret is issued again when the spec it was
   issued for changed, its CA is not the stand-in's, or its renewal time passed. A Certificate the stand-in cannot
   issue as cert-manager would (a keystore, a subject field it does not write: ``standin_issuer.spec_problems``) gets
@@ -111,6 +113,10 @@ def wanted(config: PlatformConfig) -> bool:
 # ---------------------------------------------------------------- issuing (pure)
 
 
+# What a self-signed certificate is issued under, in place of a CA (``spec_digest``, ``reissue_reason``).
+SELF_SIGNED = b"cert-manager.io selfSigned issuer"
+
+
 def spec_digest(certificate: Obj, ca_pem: bytes) -> str:
     """What a Secret was issued for: the Certificate's identity, its spec but the fields that do not shape the key
     pair (the Secret's name and template, the revision limit), and the CA."""
@@ -148,8 +154,10 @@ def renewal_time(issued: Issued, renew_before_seconds: int) -> datetime.datetime
 
 
 def certificate_secret(certificate: Obj, issued: Issued, ca_pem: bytes, secret_type: str,
-                       now: datetime.datetime) -> Obj:
-    """The apply configuration of ``certificate``'s Secret holding ``issued``."""
+                       now: datetime.datetime, self_signed: bool = False) -> Obj:
+    """The apply configuration of ``certificate``'s Secret holding ``issued`` (signed by the CA ``ca_pem``, or by its
+    own key: its ``ca.crt`` is then the certificate itself, as cert-manager's SelfSigned issuer writes it)."""
+    issued_under = SELF_SIGNED if self_signed else ca_pem
     meta, spec = certificate["metadata"], certificate["spec"]
     request = request_of(spec)
     template = spec.get("secretTemplate") or {}
@@ -165,7 +173,7 @@ def certificate_secret(certificate: Obj, issued: Issued, ca_pem: bytes, secret_t
                    "cert-manager.io/issuer-name": str(issuer.get("name", "")),
                    "cert-manager.io/issuer-kind": str(issuer.get("kind") or "Issuer"),
                    "cert-manager.io/issuer-group": str(issuer.get("group") or "cert-manager.io"),
-                   ISSUED_FOR: spec_digest(certificate, ca_pem),
+                   ISSUED_FOR: spec_digest(certificate, issued_under),
                    RENEW_AFTER: renewal_time(issued, request.renew_before_seconds).isoformat()}
     def b64(data: bytes) -> str:
         return base64.b64encode(data).decode()
@@ -174,7 +182,8 @@ def certificate_secret(certificate: Obj, issued: Issued, ca_pem: bytes, secret_t
             "metadata": {"name": spec["secretName"], "namespace": meta["namespace"],
                          "labels": {**(template.get("labels") or {}), FAO_LABEL: "true"}, "annotations": annotations},
             "type": secret_type,
-            "data": {"tls.crt": b64(issued.cert_pem), "tls.key": b64(issued.key_pem), "ca.crt": b64(ca_pem)}}
+            "data": {"tls.crt": b64(issued.cert_pem), "tls.key": b64(issued.key_pem),
+                     "ca.crt": b64(issued.cert_pem if self_signed else ca_pem)}}
 
 
 def _ready(certificate: Obj, status: str, reason: str, message: str, now: datetime.datetime) -> Obj:
@@ -289,7 +298,8 @@ class CertStandin:
             return self._status(certificate, {"conditions": [_ready(certificate, "False", "StandInUnsupported", message,
                                                                     now)]}, f"{shown}: not issued ({message})")
         secret = self.api.get(_secret_path(namespace, spec["secretName"]))
-        reason = reissue_reason(certificate, secret, self.ca_pem, now)
+        self_signed = self.self_signed_issuer(certificate)
+        reason = reissue_reason(certificate, secret, SELF_SIGNED if self_signed else self.ca_pem, now)
         if reason is None:
             ready: Obj = next((c for c in (certificate.get("status") or {}).get("conditions") or []
                           if c.get("type") == "Ready"), {})
@@ -301,14 +311,26 @@ class CertStandin:
                 "renewalTime": _timestamp(datetime.datetime.fromisoformat(annotations[RENEW_AFTER]))},
                 f"{shown}: Ready (its Secret is current)")
         request = request_of(spec)
-        issued = self.ca.issue(request)
+        issued = self.ca.issue(request, self_signed=self_signed)
         secret_type = str((secret or {}).get("type") or "kubernetes.io/tls")
         self.api.apply(_secret_path(namespace, spec["secretName"]),
-                       certificate_secret(certificate, issued, self.ca_pem, secret_type, now), FIELD_MANAGER)
+                       certificate_secret(certificate, issued, self.ca_pem, secret_type, now, self_signed), FIELD_MANAGER)
         renew = renewal_time(issued, request.renew_before_seconds)
         return self._status(certificate, issued_status(certificate, issued, renew, now),
                             f"{shown}: issued Secret {namespace}/{spec['secretName']} ({reason}; dnsNames "
                             f"{', '.join(request.dns_names) or '-'}, until {_timestamp(issued.not_after)})")
+
+    def self_signed_issuer(self, certificate: Obj) -> bool:
+        """Whether the Certificate's ``issuerRef`` is an Issuer (in its namespace) or ClusterIssuer with
+        ``spec.selfSigned``; any other issuer, or none found, is served by the stand-in's CA."""
+        ref = (certificate.get("spec") or {}).get("issuerRef") or {}
+        if (ref.get("group") or "cert-manager.io") != "cert-manager.io" or not ref.get("name"):
+            return False
+        kind = ref.get("kind") or "Issuer"
+        path = (f"/apis/cert-manager.io/v1/clusterissuers/{ref['name']}" if kind == "ClusterIssuer" else
+                f"/apis/cert-manager.io/v1/namespaces/{certificate['metadata']['namespace']}/issuers/{ref['name']}")
+        issuer = self.api.get(path) if kind in ("Issuer", "ClusterIssuer") else None
+        return issuer is not None and "selfSigned" in (issuer.get("spec") or {})
 
     def _status(self, certificate: Obj, status: Obj, line: str) -> list[str]:
         meta = certificate["metadata"]

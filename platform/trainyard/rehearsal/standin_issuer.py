@@ -13,8 +13,11 @@ Read in cert-manager v1.21.1:
 - the renewal time: two thirds through the validity unless ``renewBefore``/``renewBeforePercentage`` say otherwise
   (``pkg/util/pki/renewaltime.go`` RenewalTime: ``renewBefore`` defaults to a third of the duration).
 
-Not the same: the certificate is always signed by the stand-in's CA, whatever the issuer is (a ``selfSigned`` Issuer
-would sign the certificate with its own key, so that ``ca.crt`` is the certificate itself; a trust anchor either way);
+The signer follows the issuer's kind only so far: an Issuer or ClusterIssuer with ``spec.selfSigned`` gets a
+certificate signed by its own key, whose ``ca.crt`` is the certificate itself (cert-manager's SelfSigned issuer); any
+other issuer is served by the stand-in's CA. The difference matters: a Go TLS client sends its certificate only where
+its issuer is one the server asks for, so the barman-cloud plugin, which trusts exactly its client's self-signed
+certificate (``--client-cert``), refused the operator's CA-signed one ("tls: certificate required", 2026-12-06).
 openssl 3.0's ``x509 -days`` takes whole days, so a duration is rounded up to a day.
 """
 
@@ -217,17 +220,19 @@ class StandinCa:
             self.key.chmod(0o600)
         return self.cert.read_bytes()
 
-    def issue(self, request: Request) -> Issued:
-        """A new key and a certificate for ``request`` signed by this CA."""
+    def issue(self, request: Request, self_signed: bool = False) -> Issued:
+        """A new key and a certificate for ``request`` signed by this CA, or, for a ``selfSigned`` issuer, by its own
+        key (cert-manager's SelfSigned issuer: issuer = subject, the Secret's ``ca.crt`` is the certificate itself)."""
         self.ensure()
         days = max(1, -(-request.duration_seconds // 86400))
+        signer = ["-signkey", "key.pem"] if self_signed else ["-CA", str(self.cert), "-CAkey", str(self.key)]
         with tempfile.TemporaryDirectory(prefix="trainyard-cert-standin-") as work:
             cwd = Path(work)
             key_pem = _openssl(_key_command(request), cwd, "key")
             (cwd / "key.pem").write_text(key_pem)
             (cwd / "ext.cnf").write_text(extensions(request))
             _openssl(["req", "-new", "-key", "key.pem", "-out", "req.csr", "-subj", subject(request) or "/"], cwd, "CSR")
-            _openssl(["x509", "-req", "-in", "req.csr", "-CA", str(self.cert), "-CAkey", str(self.key),
+            _openssl(["x509", "-req", "-in", "req.csr", *signer,
                       "-set_serial", str(secrets.randbits(120)), "-days", str(days), "-extfile", "ext.cnf",
                       "-out", "cert.pem"], cwd, "sign")
             cert_pem = (cwd / "cert.pem").read_bytes()
