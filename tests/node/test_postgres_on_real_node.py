@@ -46,6 +46,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.dataplane.test_mlflow_server import VENV_PYTHON as MLFLOW_PYTHON
+from tests.mlflow_overrides import MLFLOW_WITH_BACKUPS
 from tests.node.one_node import deployed_platform
 from trainyard.rehearsal.cluster import REHEARSAL_STORAGE_CLASS
 from trainyard.rehearsal.kube import wait_until
@@ -57,15 +58,7 @@ pytestmark = pytest.mark.node
 TOOLS = ("cluster", "kubelet", "coredns", "kube-router", "cnpg", "kserve", "kube-rbac-proxy", "barman-cloud")
 TIMINGS: dict[str, float] = {}
 NAMESPACE, CLUSTER = "mlflow", "mlflow-db"
-# The local stack's MLflow database, as tests/cluster/test_destroy_keeps_data.py declares it, at the major built here,
-# backed up to the object store's mlflow-backups bucket.
-MLFLOW_DATABASE: dict[str, Any] = {
-    "mlflow": {"enabled": True, "object_store": {"endpoint_url": "http://seaweedfs-all-in-one.object-store.svc:8333"},
-               "backup": {"enabled": True}, "database": {"postgresql": "17", "storage_size": "1Gi"}},
-    "object_store": {"platform_buckets": [{"name": "mlflow-artifacts"}, {"name": "mlflow-backups"}],
-                     "services": [{"name": "mlflow", "namespace": "mlflow",
-                                   "buckets": ["mlflow-artifacts", "mlflow-backups"]}]},
-}
+MLFLOW_DATABASE = MLFLOW_WITH_BACKUPS  # tests/mlflow_overrides.py
 
 
 @pytest.fixture(scope="module")

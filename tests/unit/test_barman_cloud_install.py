@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.mlflow_overrides import MLFLOW_WITH_BACKUPS
 from trainyard import catalog
 from trainyard.config import validate_platform
 from trainyard.manifests import mlflow
@@ -22,13 +23,7 @@ from trainyard.rehearsal.stack import InCluster, read_platform, rehearsal_platfo
 PLUGIN = "trainyard.local/mirror/cloudnative-pg/plugin-barman-cloud:v0.15.0@sha256:" + "a" * 64
 SIDECAR = "trainyard.local/mirror/cloudnative-pg/plugin-barman-cloud-sidecar:v0.15.0@sha256:" + "b" * 64
 UPSTREAM_SIDECAR = b"ghcr.io/cloudnative-pg/plugin-barman-cloud-sidecar-testing:main\n"
-BACKUPS: dict[str, Any] = {
-    "mlflow": {"enabled": True, "object_store": {"endpoint_url": "http://seaweedfs-all-in-one.object-store.svc:8333"},
-               "backup": {"enabled": True}, "database": {"postgresql": "17", "storage_size": "1Gi"}},
-    "object_store": {"platform_buckets": [{"name": "mlflow-artifacts"}, {"name": "mlflow-backups"}],
-                     "services": [{"name": "mlflow", "namespace": "mlflow",
-                                   "buckets": ["mlflow-artifacts", "mlflow-backups"]}]},
-}
+BACKUPS = MLFLOW_WITH_BACKUPS
 
 
 def upstream_like() -> list[dict[str, Any]]:
