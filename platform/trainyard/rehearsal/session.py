@@ -16,6 +16,8 @@ air-gapped site fills its mirror (``mirror.py``: the charts, the images the fact
 Kueue, JobSet and Trainer are no longer local processes: ``deploy`` installs their charts with the rest of the
 stack (``stack.InCluster``) and their pods run on the real node. So is KServe's, whose webhook certificate the
 rehearsal's cert-manager stand-in issues (``cert_standin.py``: cert-manager stays external, it is not built here).
+Where the stack backs up its MLflow database, ``deploy`` also installs the barman-cloud plugin as a site would
+(``barman_cloud_install.py``), and where it turns monitoring on, a site's Prometheus (``prometheus_install.py``).
 """
 
 from __future__ import annotations
