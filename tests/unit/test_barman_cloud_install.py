@@ -49,6 +49,15 @@ def upstream_like() -> list[dict[str, Any]]:
     ]
 
 
+def _sidecar_image(objects: list[dict[str, Any]]) -> str:
+    """The sidecar image the plugin injects, as ``plugin_objects`` wrote it into the Deployment's Secret."""
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    ref = next(e["valueFrom"]["secretKeyRef"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+               if e["name"] == install.SIDECAR_KEY)
+    secret = next(o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"] == ref["name"])
+    return base64.b64decode(secret["data"][ref["key"]]).decode().strip()
+
+
 def config(overrides: dict[str, Any], tmp_path: Path, controllers: tuple[str, ...] = ("cnpg", "kserve")) -> Any:
     stack = open_stack("local")
     return validate_platform(rehearsal_platform(read_platform(stack.path), overrides, InCluster(controllers, tmp_path / "l")),
@@ -72,7 +81,7 @@ def test_the_plugin_gets_the_mirror_images_and_the_stack_placement(tmp_path: Pat
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
     assert pod["containers"][0]["image"] == PLUGIN
-    assert install.sidecar_image(objects) == SIDECAR
+    assert _sidecar_image(objects) == SIDECAR
     stack = config(BACKUPS, tmp_path)
     for key, value in stack.system_pods.node_selector.items():
         assert pod["nodeSelector"][key] == value
@@ -105,7 +114,7 @@ def test_upstreams_manifest_is_laid_out_as_the_install_expects() -> None:
     upstream = install.upstream_objects(tools)
     assert install.namespace(upstream) == catalog.release("cnpg", "1.30.0").namespace
     objects = install.plugin_objects(open_stack("local").config, upstream, PLUGIN, SIDECAR)
-    assert install.sidecar_image(objects) == SIDECAR
+    assert _sidecar_image(objects) == SIDECAR
     (service,) = [o for o in objects if o["kind"] == "Service"]
     # What the stack's NetworkPolicy opens is where the operator calls the plugin (its Service annotation and
     # selector: cloudnative-pg discovers plugins by them).

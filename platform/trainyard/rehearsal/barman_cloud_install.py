@@ -15,9 +15,10 @@ stack declares backups and installs CloudNativePG (``wanted``), ``Rehearsal.depl
   unchanged but where a site must change it: the Deployment's image and the ``SIDECAR_IMAGE`` its Secret holds name
   the factory's two images under the stack's mirror by digest (``barman_cloud_image.py``), and the pod gets the
   stack's ``system_pods`` placement, as every platform pod. Its two ``Certificate``\\ s (the mTLS between operator and
-  plugin) are issued by the rehearsal's cert-manager stand-in (``cert_standin.py``), which signs with its own CA
-  where upstream's ``selfsigned-issuer`` would make each certificate its own: the operator trusts the server's
-  ``ca.crt``, the plugin trusts exactly the client's ``tls.crt`` (``--client-cert``), so either works.
+  plugin) are issued by the rehearsal's cert-manager stand-in (``cert_standin.py``), self-signed as upstream's
+  ``selfsigned-issuer`` asks: the plugin trusts exactly the client's ``tls.crt`` (``--client-cert``), and Go's TLS
+  client only sends a certificate whose issuer the server names, so a CA-signed one would never be sent. The plugin's
+  Deployment is checked Available with every Deployment of ``cnpg-system`` (``Rehearsal.wait_platform_ready``).
 
 Until the plugin's Service is there, the operator keeps the Cluster in "Cluster cannot proceed to reconciliation due
 to an unknown plugin being required" and looks again every 10 s (cloudnative-pg v1.30.0
@@ -39,7 +40,6 @@ from typing import Any
 
 from trainyard import catalog
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests.placement import pod_placement
 from trainyard.rehearsal import site_manifests
 from trainyard.rehearsal.settings import ClusterError
 
@@ -111,28 +111,5 @@ def plugin_objects(config: PlatformConfig, objects: Sequence[Manifest], plugin_i
         raise ClusterError(f"{MANIFEST}: the Deployment takes {SIDECAR_KEY} from {len(sources)} Secrets, expected one")
     (secret,) = [o for o in out if o["kind"] == "Secret" and o["metadata"]["name"] == sources[0]["name"]]
     secret["data"] = {**secret.get("data", {}), sources[0]["key"]: base64.b64encode(sidecar_image.encode()).decode()}
-    placement = pod_placement(config)
-    if "nodeSelector" in placement:
-        pod["nodeSelector"] = {**pod.get("nodeSelector", {}), **placement["nodeSelector"]}
-    if "tolerations" in placement:
-        pod["tolerations"] = placement["tolerations"]
+    site_manifests.place(pod, config)
     return out
-
-
-def sidecar_image(objects: Sequence[Manifest]) -> str:
-    """The sidecar image the plugin injects, as ``plugin_objects`` wrote it into the Secret."""
-    container = _deployment(objects)["spec"]["template"]["spec"]["containers"][0]
-    ref = next(e["valueFrom"]["secretKeyRef"] for e in container["env"] if e["name"] == SIDECAR_KEY)
-    secret = next(o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"] == ref["name"])
-    return base64.b64decode(secret["data"][ref["key"]]).decode().strip()
-
-
-def plugin_problems(deployment: Manifest | None) -> list[str]:
-    """Why the plugin is not Available (empty once it is)."""
-    if deployment is None:
-        return [f"Deployment {DEPLOYMENT}: not found"]
-    status, replicas = deployment.get("status", {}), deployment["spec"].get("replicas", 1)
-    if status.get("availableReplicas", 0) < replicas:
-        return [f"{deployment['metadata']['namespace']}/{DEPLOYMENT}: {status.get('availableReplicas', 0)}/{replicas} "
-                "available"]
-    return []

@@ -135,10 +135,7 @@ def operator_objects(config: PlatformConfig, objects: Sequence[Manifest], operat
                                  *NO_RELOADER_CPU]
             requests = container.setdefault("resources", {}).setdefault("requests", {})
             requests["cpu"] = "0"
-            placement = pod_placement(config)
-            pod["nodeSelector"] = {**pod.get("nodeSelector", {}), **placement.get("nodeSelector", {})}
-            if "tolerations" in placement:
-                pod["tolerations"] = placement["tolerations"]
+            site_manifests.place(pod, config)
         out.append(obj)
     if not any(o["kind"] == "Deployment" and o["metadata"]["name"] == OPERATOR for o in out):
         raise ClusterError(f"{BUNDLE}: no Deployment {OPERATOR}")

@@ -295,19 +295,6 @@ class Rehearsal:
               f"{barman_cloud_image.stand_in().module_version} in {barman_cloud_install.namespace(upstream)} "
               f"({len(objects)} objects of its manifest.yaml)", flush=True)
 
-    def backup_plugin_problems(self) -> list[str]:
-        """Why the plugin is not Available on the real node (empty without backups)."""
-        from trainyard.rehearsal import barman_cloud_install
-
-        if not self.backup_plugin_wanted():
-            return []
-        namespace = barman_cloud_install.namespace(barman_cloud_install.upstream_objects(self.settings.tools_dir))
-        found = [d for d in self.kube.items("deployments", namespace)
-                 if d["metadata"]["name"] == barman_cloud_install.DEPLOYMENT]
-        return barman_cloud_install.plugin_problems(found[0] if found else None)
-
-    # ------------------------------------------------------------------ the site's Prometheus (rehearsal only)
-
     def monitoring_wanted(self) -> bool:
         from trainyard.rehearsal import prometheus_install
 
@@ -462,8 +449,7 @@ class Rehearsal:
                     if pod["spec"].get("nodeName") not in (None, REAL_NODE):
                         found.append(f"{namespace}/{pod['metadata']['name']} on {pod['spec'].get('nodeName')}, "
                                      f"not the real node {REAL_NODE}")
-            return found + (self.backup_plugin_problems() + self.postgres_problems() + self.monitoring_problems()
-                            if not found else [])
+            return found + (self.postgres_problems() + self.monitoring_problems() if not found else [])
 
         try:
             wait_until("the platform's pods to be Ready on the real node", lambda: not problems(), timeout)

@@ -16,6 +16,8 @@ from typing import Any
 import yaml
 
 from trainyard import yamlio
+from trainyard.config.model import PlatformConfig
+from trainyard.manifests.placement import pod_placement
 from trainyard.rehearsal.settings import ClusterError
 
 FIELD_MANAGER = "trainyard-rehearsal-site"
@@ -33,6 +35,15 @@ def documents(tools_dir: Path, tool: str, name: str, loader: type[yaml.SafeLoade
     if not path.is_file():
         raise ClusterError(f"{path} not found: run `tools/build.sh {tool}` (it copies {name} out of the upstream module)")
     return [doc for doc in yaml.load_all(path.read_text(encoding="utf-8"), Loader=loader) if doc]
+
+
+def place(pod: Manifest, config: PlatformConfig) -> None:
+    """The stack's ``system_pods`` placement added to an upstream pod spec (changed in place), as every platform pod
+    gets it: its node selector merged into the pod's own, its tolerations where the stack sets any."""
+    placement = pod_placement(config)
+    pod["nodeSelector"] = {**pod.get("nodeSelector", {}), **placement.get("nodeSelector", {})}
+    if "tolerations" in placement:
+        pod["tolerations"] = placement["tolerations"]
 
 
 def labelled(obj: Manifest, purpose: str) -> Manifest:
