@@ -22,7 +22,9 @@ from trainyard.rehearsal.cert_standin import TARGETS, CertStandin, injection, me
 from trainyard.rehearsal.stack import InCluster, read_platform, rehearsal_platform
 from trainyard.rehearsal.standin_issuer import StandinCa, request_of, spec_problems
 
-NOW = datetime.datetime(2026, 12, 5, 12, 0, tzinfo=datetime.UTC)
+# The clock the stand-in is handed: the real one, since openssl dates what it signs by the real clock (a fixed date
+# here made the renewal-time assertion fail once the day moved past it).
+NOW = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
 # What kserve-resources v0.20.0 renders (files/kserve/certificate-patch.yaml, files/common/certmanager.yaml).
 KSERVE_CERTIFICATE: dict[str, Any] = {
     "apiVersion": "cert-manager.io/v1", "kind": "Certificate",
