@@ -35,10 +35,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps({"schema": "trainyard.validate/v1", "ok": True, "exit_code": EXIT_OK, "stack": stack.name,
                           "file": str(stack.path), "environment": config.environment,
-                          "gpu_pools": [p.name for p in config.gpu_pools], "tenants": [t.name for t in config.tenants],
+                          "gpu_pools": [p.name for p in config.gpu_pools],
+                          "cpu_pools": [p.name for p in config.cpu_pools], "tenants": [t.name for t in config.tenants],
                           "approved_runtimes": list(config.runtimes.approved)}, indent=2, sort_keys=True))
         return EXIT_OK
-    print(f"{stack.path}: valid ({config.environment}: {len(config.gpu_pools)} GPU pools, "
+    cpu = f"{len(config.cpu_pools)} CPU pools, " if config.cpu_pools else ""
+    print(f"{stack.path}: valid ({config.environment}: {len(config.gpu_pools)} GPU pools, {cpu}"
           f"{len(config.tenants)} tenants, {len(config.runtimes.approved)} approved runtimes)")
     return EXIT_OK
 
@@ -96,7 +98,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], int]]] = {
     "validate": ("load and validate a stack; prints file, field path and reason on bad input", _cmd_validate),
     "render": ("write every manifest and chart release as YAML, one file per object", _cmd_render),
     "capacity": ("per GPU flavor: physical GPUs, nominal quotas, borrowing and lending", _cmd_capacity),
-    "fake-nodes": ("rehearsal: Node objects with fake GPU capacity for the stack's fake pools", _cmd_fake_nodes),
+    "fake-nodes": ("rehearsal: fake Node objects (GPU capacity, or CPU pools' CPU) for the stack's fake pools", _cmd_fake_nodes),
     "schema": ("print the JSON schema of the stack config (stacks/schema.json)", _cmd_schema),
 }
 

@@ -34,7 +34,7 @@ def problems_of(data: dict[str, Any]) -> list[str]:
     [
         ("unknown-field", "trainyard:platform.gpu_pools[0].gpu_per_node", "unknown field"),
         ("quota-over-capacity", "trainyard:platform.gpu_pools[0]", "add up to 16, but the pool has 8 GPUs"),
-        ("missing-flavor", "trainyard:platform.tenants[1].quotas[1].flavor", "'fake-h100' is not a GPU pool"),
+        ("missing-flavor", "trainyard:platform.tenants[1].quotas[1].flavor", "'fake-h100' is not a GPU or CPU pool"),
         ("invalid-name", "trainyard:platform.tenants[1].name", "not a valid DNS-1123 label"),
         ("topology-label-missing", "trainyard:platform.topology.levels[1].node_label", "not carried by GPU pool"),
     ],

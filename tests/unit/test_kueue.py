@@ -135,7 +135,7 @@ def test_fake_nodes_carry_pool_labels_topology_gpu_capacity_and_are_ready() -> N
     from trainyard.manifests.rehearsal import fake_nodes
 
     nodes = {n["metadata"]["name"]: n for n in fake_nodes(stack("local").config)}
-    assert sorted(nodes) == ["fake-a100-0", "fake-a100-1", "fake-a100-2", "fake-a100-3", "fake-l4-0", "fake-l4-1"]
+    assert sorted(nodes) == ["cpu-0", "fake-a100-0", "fake-a100-1", "fake-a100-2", "fake-a100-3", "fake-l4-0", "fake-l4-1"]
     node = nodes["fake-a100-1"]
     labels = node["metadata"]["labels"]
     assert labels["trainyard.dev/pool"] == "fake-a100"

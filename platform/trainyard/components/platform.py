@@ -336,5 +336,5 @@ class Platform(pulumi.ComponentResource):
         self.register_outputs({
             "environment": config.environment,
             "tenants": [t.name for t in config.tenants],
-            "flavors": [p.name for p in config.gpu_pools],
+            "flavors": [p.name for p in config.pools],
         })

@@ -1,7 +1,7 @@
 """The rules across sections of a stack: what no section can check alone.
 
 A tenant's cohort, flavors and priority classes exist; quotas fit the GPUs (and the MIG slices or
-time-sliced replicas) the pools advertise; topology labels are carried by every pool; the object
+time-sliced replicas) the pools advertise, and a CPU pool's CPU and memory; topology labels are carried by every pool; the object
 store's buckets, services and network allow agree with the tenants and MLflow; MLflow is reachable
 where tenants are allowed to reach it; the data cache has what it needs. Each check reads the
 assembled sections (``PlatformFields``) and raises ``FieldError`` with the field path it is about;
@@ -17,18 +17,19 @@ from trainyard.config.gpu_operator import COMPUTE_SLICES, MIG_PREFIX
 from trainyard.config.gpu_pools import advertised_resources, mig_gpus
 from trainyard.config.mlflow import MLFLOW_POD_LABELS, MLFLOW_PORT
 from trainyard.config.object_store import BUCKET_NAME, PURPOSES, ObjectStore
-from trainyard.config.sections import PlatformFields
+from trainyard.config.sections import FlavorQuota, PlatformFields
+from trainyard.quantity import format_quantity, parse_quantity
 
 
 def check_platform(config: PlatformFields) -> None:  # noqa: PLR0912 - one place for every cross-field rule
-    unique("gpu_pools", [p.name for p in config.gpu_pools])
+    _check_pool_names(config)
     unique("cohorts", [c.name for c in config.cohorts])
     unique("tenants", [t.name for t in config.tenants])
     unique("tenants (namespace)", [t.namespace_name for t in config.tenants])
     unique("priority_classes", [p.name for p in config.priority_classes])
     unique("runtimes.approved", list(config.runtimes.approved))
 
-    pools = {p.name for p in config.gpu_pools}
+    pools = {p.name for p in config.pools}
     cohorts = {c.name for c in config.cohorts}
     priorities = {p.name for p in config.priority_classes}
     for i, cohort in enumerate(config.cohorts):
@@ -48,8 +49,9 @@ def check_platform(config: PlatformFields) -> None:  # noqa: PLR0912 - one place
             if quota.flavor not in pools:
                 raise FieldError(
                     ("tenants", i, "quotas", j, "flavor"),
-                    f"flavor {quota.flavor!r} is not a GPU pool (pools: {', '.join(sorted(pools))})",
+                    f"flavor {quota.flavor!r} is not a GPU or CPU pool (pools: {', '.join(sorted(pools))})",
                 )
+            _check_quota_kind(config, quota, ("tenants", i, "quotas", j))
             if tenant.cohort is None and quota.borrowing_limit is not None:
                 # Mirrors the ClusterQueue CRD rule: borrowingLimit must be nil when cohort is empty.
                 raise FieldError(
@@ -78,16 +80,19 @@ def check_platform(config: PlatformFields) -> None:  # noqa: PLR0912 - one place
                     "the quotas, add nodes, or set allow_overcommit: true",
                 )
 
+        _check_cpu_capacity(config)
+
     if config.topology is not None:
         for level_index, level in enumerate(config.topology.levels):
             if level.node_label == HOSTNAME_LABEL:
                 continue
-            for pool in config.gpu_pools:
-                if level.node_label not in pool.topology_labels:
+            for node_pool in config.pools:
+                if level.node_label not in node_pool.topology_labels:
+                    kind = "GPU" if config.gpu_pool(node_pool.name) else "CPU"
                     raise FieldError(
                         ("topology", "levels", level_index, "node_label"),
-                        f"topology label {level.node_label!r} is not carried by GPU pool {pool.name!r} "
-                        f"(its topology_labels: {', '.join(pool.topology_labels) or 'none'})",
+                        f"topology label {level.node_label!r} is not carried by {kind} pool {node_pool.name!r} "
+                        f"(its topology_labels: {', '.join(node_pool.topology_labels) or 'none'})",
                     )
     if config.runtimes.topology is not None:
         levels = {lvl.name for lvl in config.topology.levels} if config.topology else set()
@@ -137,6 +142,49 @@ def check_mlflow_reachable(config: PlatformFields) -> None:
                                                  f"(they carry {MLFLOW_POD_LABELS})")
 
 
+def _check_pool_names(config: PlatformFields) -> None:
+    unique("gpu_pools", [p.name for p in config.gpu_pools])
+    unique("cpu_pools", [p.name for p in config.cpu_pools])
+    for index, pool in enumerate(config.cpu_pools):
+        if config.gpu_pool(pool.name) is not None:
+            raise FieldError(("cpu_pools", index, "name"), f"{pool.name!r} is also a GPU pool: a pool is one "
+                                                           "ResourceFlavor, its name unique across gpu_pools and cpu_pools")
+
+
+def _check_quota_kind(config: PlatformFields, quota: FlavorQuota, path: tuple[str | int, ...]) -> None:
+    """A quota on a GPU pool names its GPUs; one on a CPU pool names CPU and memory, and nothing in GPUs."""
+    if config.gpu_pool(quota.flavor) is not None:
+        if "gpus" not in quota.model_fields_set:
+            raise FieldError((*path, "gpus"), f"flavor {quota.flavor!r} is a GPU pool: give the nominal GPUs "
+                                              "(gpus: 0 for a quota of shared GPUs only)")
+        return
+    gpu_fields = ("gpus", "shared", "borrowing_limit", "lending_limit")
+    for field in gpu_fields:
+        if field in quota.model_fields_set:
+            raise FieldError((*path, field), f"flavor {quota.flavor!r} is a CPU pool: its quota is cpu and memory; "
+                                             f"{', '.join(gpu_fields)} count GPUs")
+    for field in ("cpu", "memory"):
+        if getattr(quota, field) is None:
+            raise FieldError((*path, field), f"flavor {quota.flavor!r} is a CPU pool: give the nominal {field} "
+                                             "(there is no GPU share to derive it from)")
+
+
+def _check_cpu_capacity(config: PlatformFields) -> None:
+    """Nominal CPU and memory quotas on a CPU pool fit its nodes (the GPU pools' follow their GPUs)."""
+    for index, pool in enumerate(config.cpu_pools):
+        for field in ("cpu", "memory"):
+            per_node = getattr(pool, f"{field}_per_node")
+            whole = parse_quantity(per_node) * pool.nodes
+            committed = sum((parse_quantity(getattr(q, field)) for t in config.tenants for q in t.quotas
+                             if q.flavor == pool.name and getattr(q, field) is not None), parse_quantity(0))
+            if committed > whole:
+                raise FieldError(("cpu_pools", index),
+                                 f"nominal {field} quotas on flavor {pool.name!r} add up to "
+                                 f"{format_quantity(committed, binary=field == 'memory')}, but the pool has "
+                                 f"{format_quantity(whole, binary=field == 'memory')} ({pool.nodes} nodes x "
+                                 f"{per_node}); lower the quotas, add nodes, or set allow_overcommit: true")
+
+
 def _check_gpu_stack(config: PlatformFields) -> None:
     """Sharing needs the operator; the operator's and monitoring's namespaces are no tenant's."""
     for index, pool in enumerate(config.gpu_pools):
@@ -183,9 +231,9 @@ def _check_shared_quotas(config: PlatformFields) -> None:
     committed: dict[tuple[str, str], int] = {}
     for i, tenant in enumerate(config.tenants):
         for j, quota in enumerate(tenant.quotas):
-            if quota.flavor not in {p.name for p in config.gpu_pools}:
+            pool = config.gpu_pool(quota.flavor)
+            if pool is None:
                 continue
-            pool = config.pool(quota.flavor)
             offered = advertised_resources(pool)
             for k, shared in enumerate(quota.shared):
                 path: tuple[str | int, ...] = ("tenants", i, "quotas", j, "shared", k)

@@ -1,6 +1,6 @@
 """A GPU pool, and what its GPU stack makes it advertise to Kueue.
 
-A pool is a set of identical GPU nodes (one Kueue ResourceFlavor). This module also computes what
+A GPU pool is a node pool (``config/node_pools.py``: one Kueue ResourceFlavor) with GPUs. This module also computes what
 a pool *advertises* (``advertised_resources``): the extended resources the device plugin registers
 on its nodes with the pool's MIG or time-slicing settings (``config/gpu_operator.py``), in the units
 tenants request. It is pure config: the builders in ``manifests/gpu_operator.py`` and
@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from trainyard.config.base import HOSTNAME_LABEL, INT32_MAX, FieldError, LabelKey, Labels, LabelValue, Model, Name, Quantity
+from trainyard.config.base import INT32_MAX, LabelValue
 from trainyard.config.gpu_operator import (
     COMPUTE_SLICES,
     GPU,
@@ -27,33 +27,15 @@ from trainyard.config.gpu_operator import (
     compute_slices,
     mig_family,
 )
+from trainyard.config.node_pools import NodePool
 from trainyard.quantity import parse_quantity
 
 
-class Taint(Model):
-    key: LabelKey = Field(description="Taint key carried by the pool's nodes.")
-    value: LabelValue | None = Field(default=None, description="Taint value; unset tolerates any value.")
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(description="Taint effect.")
-
-
-class GpuPool(Model):
+class GpuPool(NodePool):
     """A set of identical GPU nodes. Each pool becomes one Kueue ResourceFlavor."""
 
-    name: Name = Field(description="Pool name; also the ResourceFlavor name.")
     gpu_product: LabelValue = Field(min_length=1, description="GPU product, as the GPU feature discovery label reports it.")
     gpus_per_node: int = Field(gt=0, le=INT32_MAX, description="Allocatable nvidia.com/gpu per node.")
-    nodes: int = Field(gt=0, le=INT32_MAX, description="Number of nodes; physical GPUs = nodes x gpus_per_node.")
-    cpu_per_node: Quantity = Field(description="Allocatable CPU per node.")
-    memory_per_node: Quantity = Field(description="Allocatable memory per node.")
-    # Ref: ResourceFlavor CRD spec.nodeLabels maxProperties 8, spec.tolerations maxItems 8.
-    node_labels: Labels = Field(max_length=8, description="Labels that select exactly this pool's nodes.")
-    taints: tuple[Taint, ...] = Field(
-        default=(), max_length=8, description="Taints of the pool's nodes; the flavor tolerates them for admitted pods.")
-    topology_labels: tuple[LabelKey, ...] = Field(
-        default=(),
-        description=f"Topology label keys the pool's nodes carry (e.g. block, rack); {HOSTNAME_LABEL} is implied.",
-    )
-    fake: bool = Field(default=False, description="Rehearsal only: nodes are fake Node objects with GPU capacity.")
     driver: Literal["operator", "preinstalled"] = Field(
         default="operator",
         description="operator: the GPU operator installs the driver (one NVIDIADriver per pool); preinstalled: the "
@@ -68,25 +50,11 @@ class GpuPool(Model):
         return self.gpus_per_node * self.nodes
 
     @model_validator(mode="after")
-    def _selects_nodes(self) -> GpuPool:
-        if not self.node_labels:
-            raise ValueError("node_labels must select the pool's nodes (at least one label)")
-        if self.fake:
-            # Fake nodes are named <pool>-<index>, and that name is their hostname label value (at most 63).
-            # Their topology labels are <pool>-<key suffix>-<domain index> (manifests/rehearsal.py).
-            values = [f"{self.name}-{self.nodes - 1}"] + [
-                f"{self.name}-{key.rsplit('/', 1)[-1].rsplit('-', 1)[-1]}-{self.nodes - 1}" for key in self.topology_labels]
-            longest = max(values, key=len)
-            if self.nodes > MAX_FAKE_NODES or len(longest) > 63:
-                raise FieldError(("nodes",), f"a fake pool has at most {MAX_FAKE_NODES} nodes, whose names and "
-                                             f"topology label values fit in 63 characters ({longest!r})")
+    def _gpu_settings(self) -> GpuPool:
         if self.driver == "preinstalled" and self.driver_version is not None:
             raise ValueError("driver_version only applies to driver: operator")
         validate_pool_sharing(self)
         return self
-
-
-MAX_FAKE_NODES = 10_000
 
 
 def gpu_share(pool: GpuPool, gpus: int | Fraction, per_node: int | str) -> Fraction:
@@ -136,8 +104,10 @@ def validate_pool_sharing(pool: GpuPool) -> None:
             raise ValueError("mig.strategy single needs one profile on every GPU (use mixed for other layouts)")
 
 
-def _per_node(pool: GpuPool) -> dict[str, int]:
-    """Extended resources the device plugin advertises on one node of ``pool``."""
+def _per_node(pool: NodePool) -> dict[str, int]:
+    """Extended resources the device plugin advertises on one node of ``pool`` (none on a CPU pool)."""
+    if not isinstance(pool, GpuPool):
+        return {}
     if pool.time_slicing is not None:
         name = SHARED_GPU if pool.time_slicing.rename_by_default else GPU
         return {name: pool.gpus_per_node * pool.time_slicing.replicas}
@@ -154,15 +124,15 @@ def _per_node(pool: GpuPool) -> dict[str, int]:
     return out
 
 
-def advertised_per_node(pool: GpuPool) -> dict[str, int]:
+def advertised_per_node(pool: NodePool) -> dict[str, int]:
     """The extended resources one node of ``pool`` advertises (``advertised_resources`` per node)."""
     return dict(_per_node(pool))
 
 
-def advertised_resources(pool: GpuPool) -> dict[str, int]:
+def advertised_resources(pool: NodePool) -> dict[str, int]:
     """Every extended resource ``pool`` advertises, summed over its nodes, GPU first then by name.
 
-    8 nodes x 8 H200 in the layout ``{'1g.18gb': 7}`` advertise nvidia.com/mig-1g.18gb: 448.
+    8 nodes x 8 H200 in the layout ``{'1g.18gb': 7}`` advertise nvidia.com/mig-1g.18gb: 448; a CPU pool, nothing.
     """
     per_node = _per_node(pool)
     order = sorted(per_node, key=lambda name: (name != GPU, name))

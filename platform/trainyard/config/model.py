@@ -10,7 +10,8 @@ exist, topology labels are carried by the pools) run in ``PlatformConfig``'s val
 so an invalid stack never reaches the builders.
 
 The parts live one layer below, each in its own module, and are re-exported here:
-``config/base.py`` (field types, ``Model``, ``FieldError``), ``config/gpu_pools.py`` (``GpuPool``),
+``config/base.py`` (field types, ``Model``, ``FieldError``), ``config/node_pools.py`` (``NodePool``, ``CpuPool``),
+``config/gpu_pools.py`` (``GpuPool``),
 ``config/sections.py`` (the core sections and the fields of the whole platform) and
 ``config/checks.py`` (the rules across sections).
 """
@@ -39,8 +40,9 @@ from trainyard.config.base import (
     Quantity,
     Text,
 )
-from trainyard.config.gpu_pools import MAX_FAKE_NODES, GpuPool, Taint, gpu_share
+from trainyard.config.gpu_pools import GpuPool, gpu_share
 from trainyard.config.mlflow import MLFLOW_POD_LABELS, MLFLOW_PORT
+from trainyard.config.node_pools import MAX_FAKE_NODES, CpuPool, NodePool, Taint
 from trainyard.config.sections import (
     BorrowWithinCohort,
     ClusterAccess,
@@ -95,9 +97,9 @@ class PlatformConfig(PlatformFields):
 
 __all__ = [
     "HOSTNAME_LABEL", "INT32_MAX", "MAX_FAKE_NODES", "MLFLOW_POD_LABELS", "MLFLOW_PORT", "PUBLIC_REGISTRIES",
-    "BorrowWithinCohort", "ClusterAccess", "Cohort", "Count", "CrdSource", "Duration", "FairSharing", "FieldError",
+    "BorrowWithinCohort", "ClusterAccess", "Cohort", "Count", "CpuPool", "CrdSource", "Duration", "FairSharing", "FieldError",
     "FlavorQuota", "GpuPool", "Group", "ImagePrefix", "Images", "Int32", "KueueSettings", "LabelKey", "LabelValue",
-    "Labels", "Lifecycle", "Model", "Name", "PlatformConfig", "PlatformFields", "Preemption", "PriorityClass",
+    "Labels", "Lifecycle", "Model", "Name", "NodePool", "PlatformConfig", "PlatformFields", "Preemption", "PriorityClass",
     "ProjectPath", "Quantity", "Rehearsal", "Requeuing", "Runtimes", "SharedQuota", "SystemPods", "Taint", "Tenant", "Text",
     "Topology", "TopologyLevel", "TopologyRequest", "Versions", "WaitForPodsReady", "gpu_share",
 ]

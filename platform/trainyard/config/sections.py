@@ -35,11 +35,12 @@ from trainyard.config.base import (
 )
 from trainyard.config.data_cache import DataCache
 from trainyard.config.gpu_operator import GpuOperator
-from trainyard.config.gpu_pools import GpuPool, Taint
+from trainyard.config.gpu_pools import GpuPool
 from trainyard.config.lineage import Lineage
 from trainyard.config.mlflow import Mlflow
 from trainyard.config.monitoring import Monitoring
 from trainyard.config.multikueue import MultiKueue
+from trainyard.config.node_pools import CpuPool, NodePool, Taint
 from trainyard.config.object_store import ObjectStore
 from trainyard.config.security import Security
 from trainyard.config.serving import Serving
@@ -295,16 +296,20 @@ class SharedQuota(Model):
 
 
 class FlavorQuota(Model):
-    """A tenant's quota on one GPU flavor. CPU and memory default to the GPU share of a node."""
+    """A tenant's quota on one flavor. On a GPU pool it names GPUs (CPU and memory default to the GPU share of a
+    node); on a CPU pool it names CPU and memory (and no GPUs)."""
 
-    flavor: Name = Field(description="GPU pool (ResourceFlavor) name.")
-    gpus: Count = Field(description="Nominal quota of whole GPUs (nvidia.com/gpu as the pool advertises it).")
+    flavor: Name = Field(description="Pool (ResourceFlavor) name: a GPU pool or a CPU pool.")
+    gpus: Count = Field(default=0, description="Nominal quota of whole GPUs (nvidia.com/gpu as the pool advertises "
+                                               "it); required on a GPU pool, unset on a CPU pool.")
     shared: tuple[SharedQuota, ...] = Field(
         default=(), description="Quotas of the pool's shared-GPU resources (MIG profiles, time-sliced replicas).")
     borrowing_limit: Count | None = Field(default=None, description="GPUs above nominal it may borrow; unset = no limit.")
     lending_limit: Count | None = Field(default=None, description="GPUs of its nominal it may lend; unset = all.")
-    cpu: Quantity | None = Field(default=None, description="Nominal CPU; default: the GPU share of the pool's node CPU.")
-    memory: Quantity | None = Field(default=None, description="Nominal memory; default: the GPU share of node memory.")
+    cpu: Quantity | None = Field(default=None, description="Nominal CPU; default on a GPU pool: the GPU share of the "
+                                                          "pool's node CPU; required on a CPU pool.")
+    memory: Quantity | None = Field(default=None, description="Nominal memory; default on a GPU pool: the GPU share "
+                                                             "of node memory; required on a CPU pool.")
 
     @model_validator(mode="after")
     def _lending(self) -> FlavorQuota:
@@ -321,7 +326,7 @@ class Tenant(Model):
     namespace: Name | None = Field(default=None, description="Defaults to the tenant name.")
     cohort: Name | None = Field(default=None, description="Cohort to borrow from and lend to; none = isolated quota.")
     # Ref: ClusterQueue CRD spec.resourceGroups[].flavors maxItems 16.
-    quotas: tuple[FlavorQuota, ...] = Field(min_length=1, max_length=16, description="Quota per GPU flavor.")
+    quotas: tuple[FlavorQuota, ...] = Field(min_length=1, max_length=16, description="Quota per flavor (GPU or CPU pool).")
     fair_share_weight: Quantity | None = Field(default=None, description="Share within the cohort under fair sharing.")
     priority_classes: tuple[Name, ...] = Field(default=(), description="Allowed WorkloadPriorityClasses.")
     default_priority_class: Name | None = Field(
@@ -449,6 +454,9 @@ class PlatformFields(Model):
     crds: CrdSource = Field(default=CrdSource(), description="Where the upstream CRDs come from.")
     charts: ChartSource = Field(default=ChartSource(), description="Where the Helm charts come from.")
     gpu_pools: tuple[GpuPool, ...] = Field(min_length=1, description="GPU node pools; one ResourceFlavor each.")
+    cpu_pools: tuple[CpuPool, ...] = Field(
+        default=(), description="CPU node pools (no GPUs); one ResourceFlavor each, for CPU-only jobs (data "
+        "preparation, evaluation, the CPU rehearsal of the lab). Pool names are unique across gpu_pools and cpu_pools.")
     gpu_operator: GpuOperator | None = Field(
         default=None, description="The NVIDIA GPU operator; unset = not installed (fake GPUs, or a site-managed stack).")
     monitoring: Monitoring = Field(default=Monitoring(), description="Metrics, alerts and dashboards.")
@@ -474,8 +482,17 @@ class PlatformFields(Model):
     data_cache: DataCache = Field(default=DataCache(), description="Trainer's distributed data cache (cache:// "
                                   "datasets on LeaderWorkerSet); off by default. See docs/components/data-cache.md.")
 
-    def pool(self, name: str) -> GpuPool:
-        return next(p for p in self.gpu_pools if p.name == name)
+    @property
+    def pools(self) -> tuple[NodePool, ...]:
+        """Every pool, hence every flavor a quota can name: the GPU pools, then the CPU pools."""
+        return (*self.gpu_pools, *self.cpu_pools)
+
+    def pool(self, name: str) -> NodePool:
+        return next(p for p in self.pools if p.name == name)
+
+    def gpu_pool(self, name: str) -> GpuPool | None:
+        """The GPU pool called ``name``; None for a CPU pool."""
+        return next((p for p in self.gpu_pools if p.name == name), None)
 
     def system_namespaces(self) -> set[str]:
         network = self.security.network

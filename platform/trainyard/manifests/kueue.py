@@ -17,7 +17,7 @@ from typing import Any
 from trainyard import catalog
 from trainyard.config.gpu_operator import MIG_PREFIX, compute_slices
 from trainyard.config.gpu_pools import advertised_resources, gpu_equivalent, mig_resources
-from trainyard.config.model import FlavorQuota, GpuPool, PlatformConfig, Tenant, gpu_share
+from trainyard.config.model import FlavorQuota, GpuPool, NodePool, PlatformConfig, Tenant, gpu_share
 from trainyard.manifests.concern import Concern
 from trainyard.manifests.meta import DEFAULT_LOCAL_QUEUE, TENANT_LABEL, Manifest, metadata
 from trainyard.quantity import canonical_quantity, format_quantity, parse_quantity
@@ -84,7 +84,7 @@ def topology(config: PlatformConfig) -> list[Manifest]:
     }]
 
 
-def resource_flavor(config: PlatformConfig, pool: GpuPool) -> Manifest:
+def resource_flavor(config: PlatformConfig, pool: NodePool) -> Manifest:
     spec: dict[str, Any] = {"nodeLabels": dict(sorted(pool.node_labels.items()))}
     if pool.taints:
         spec["nodeTaints"] = [_taint(t.key, t.value, t.effect) for t in pool.taints]
@@ -96,7 +96,8 @@ def resource_flavor(config: PlatformConfig, pool: GpuPool) -> Manifest:
     return {
         "apiVersion": API,
         "kind": "ResourceFlavor",
-        "metadata": metadata(pool.name, labels={"trainyard.dev/gpu-product": _label_safe(pool.gpu_product)}),
+        "metadata": metadata(pool.name, labels={"trainyard.dev/gpu-product": _label_safe(pool.gpu_product)}
+                             if isinstance(pool, GpuPool) else {"trainyard.dev/pool-kind": "cpu"}),
         "spec": spec,
     }
 
@@ -158,7 +159,7 @@ def cluster_queue_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
         "flavors": [
             {"name": quota.flavor, "resources": flavor_resources(config.pool(quota.flavor), quota,
                                                                  covered_resources(config, tenant))}
-            for quota in tenant.quotas
+            for quota in flavor_order(config, tenant)
         ],
     }]
     if config.kueue.mig_slice_budget and tenant.mig_slices is not None:
@@ -176,6 +177,18 @@ def cluster_queue_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
     }
 
 
+def flavor_order(config: PlatformConfig, tenant: Tenant) -> list[FlavorQuota]:
+    """The tenant's quotas in the order Kueue tries their flavors: CPU pools first, then GPU pools, each as listed.
+
+    Kueue assigns a workload the first flavor of the group where every covered resource fits. A CPU
+    flavor has no GPU quota, so a GPU job always goes on to a GPU flavor; listed first, it keeps a
+    CPU-only job off the GPU nodes while it has room (a CPU-only job may still use a GPU flavor's CPU
+    quota when the CPU flavor cannot fit it: Kueue has no flavor a job must not use).
+    Ref: Kueue docs concepts/cluster_queue "Flavors and resources" (flavors are tried in order).
+    """
+    return sorted(tenant.quotas, key=lambda quota: config.gpu_pool(quota.flavor) is not None)
+
+
 def covered_resources(config: PlatformConfig, tenant: Tenant) -> list[str]:
     """The resources of a tenant's one resource group: whole GPUs, every shared-GPU resource its flavors offer, CPU, memory.
 
@@ -189,13 +202,18 @@ def covered_resources(config: PlatformConfig, tenant: Tenant) -> list[str]:
     return [catalog.GPU_RESOURCE, *shared, "cpu", "memory"]
 
 
-def flavor_resources(pool: GpuPool, quota: FlavorQuota, covered: list[str] | None = None) -> list[dict[str, Any]]:
-    """Quotas of one flavor, in ``covered`` order. CPU and memory follow the GPU share of a node.
+def flavor_resources(pool: NodePool, quota: FlavorQuota, covered: list[str] | None = None) -> list[dict[str, Any]]:
+    """Quotas of one flavor, in ``covered`` order. On a GPU pool, CPU and memory follow the GPU share of a node.
 
     The share counts whole GPUs and shared units at their GPU equivalent (a 1g MIG slice is
-    1/7 of a GPU, a time-sliced replica 1/replicas).
+    1/7 of a GPU, a time-sliced replica 1/replicas). A CPU pool's quota is its CPU and memory; every
+    GPU resource gets zero there.
     """
     covered = covered or [catalog.GPU_RESOURCE, "cpu", "memory"]
+    if not isinstance(pool, GpuPool):
+        explicit = {"cpu": (quota.cpu, False), "memory": (quota.memory, True)}
+        return [{"name": name, "nominalQuota": _quantity_down(parse_quantity(explicit[name][0] or 0), explicit[name][1])
+                 if name in explicit else "0"} for name in covered]
     shared = {q.resource: q for q in quota.shared}
 
     def equivalent(limit: str) -> Fraction | None:
@@ -334,12 +352,12 @@ def mig_slice_flavor() -> Manifest:
 
 
 def resource_flavors(config: PlatformConfig) -> list[Manifest]:
-    """Every ResourceFlavor of the stack: one per GPU pool, and the slice budget's where the budget is on.
+    """Every ResourceFlavor of the stack: one per GPU and CPU pool, and the slice budget's where the budget is on.
 
     The one source of the flavors' ``nodeLabels``: the queueing concern renders these objects, and the
     flavor annotation policy (admission.py) matches pods against the same labels.
     """
-    flavors = [resource_flavor(config, pool) for pool in config.gpu_pools]
+    flavors = [resource_flavor(config, pool) for pool in config.pools]
     if config.kueue.mig_slice_budget:
         flavors.append(mig_slice_flavor())
     return flavors

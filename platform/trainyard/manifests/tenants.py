@@ -127,8 +127,9 @@ def resource_quota_for(config: PlatformConfig, tenant: Tenant) -> Manifest:
         pool = config.pool(quota.flavor)
         resources = {r["name"]: r for r in kueue.flavor_resources(pool, quota)}
         if quota.borrowing_limit is None and tenant.cohort is not None:
-            # Unlimited borrowing: the ceiling is the whole pool.
-            gpus += pool.gpus
+            # Unlimited borrowing: the ceiling is the whole pool (a CPU pool: its CPU and memory).
+            gpu_pool = config.gpu_pool(quota.flavor)
+            gpus += gpu_pool.gpus if gpu_pool is not None else 0
             cpu += parse_quantity(pool.cpu_per_node) * pool.nodes
             memory += parse_quantity(pool.memory_per_node) * pool.nodes
             continue

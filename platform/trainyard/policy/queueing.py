@@ -84,11 +84,11 @@ def quota_fits_capacity(objects: Sequence[Manifest], ctx: Context) -> Iterator[t
         if obj.get("kind") == "ClusterQueue":
             for key, amount in nominal_accelerators(obj).items():
                 committed[key] = committed.get(key, 0) + amount
-    pools = {p.name: p for p in ctx.config.gpu_pools}
+    pools = {p.name: p for p in ctx.config.pools}
     for (flavor, resource), amount in sorted(committed.items()):
         pool = pools.get(flavor)
         if pool is None and amount > 0:
-            yield None, f"flavor {flavor!r} has {amount} nominal {resource} but is not a GPU pool of the stack (no capacity)"
+            yield None, f"flavor {flavor!r} has {amount} nominal {resource} but is not a pool of the stack (no capacity)"
         elif pool is not None and not ctx.config.allow_overcommit:
             offered = advertised_resources(pool).get(resource, 0)
             if amount > offered:

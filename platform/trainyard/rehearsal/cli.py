@@ -13,6 +13,7 @@ from pathlib import Path
 
 from trainyard.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, EXTRA_COMMANDS, UsageError
 from trainyard.config.load import project_root
+from trainyard.config.model import GpuPool
 from trainyard.project import open_stack
 from trainyard.rehearsal.cluster import ControlPlane
 from trainyard.rehearsal.kube import KubeError
@@ -146,7 +147,8 @@ def _smoke(rehearsal: Rehearsal) -> int:
         namespace = tenant.namespace_name
         rehearsal.kube.delete("trainjobs.trainer.kubeflow.org", name, namespace=namespace, wait=True)
         job = Job(name=name, tenant=tenant.name, runtime=config.runtimes.approved[0], nodes=1,
-                  gpus_per_node=min(pool.gpus_per_node, quota.gpus or 1), flavor=pool.name, run_for="3s")
+                  gpus_per_node=min(pool.gpus_per_node, quota.gpus or 1) if isinstance(pool, GpuPool) else 0,
+                  flavor=pool.name, run_for="3s")
         rehearsal.submit(job)
         try:
             rehearsal.wait_finished([name], namespace, timeout=180)

@@ -75,7 +75,9 @@ def kind_platform(platform: Mapping[str, Any], config_name: str) -> dict[str, An
     cluster = {k: v for k, v in (out.get("cluster") or {}).items() if k != "kubeconfig"}
     out["cluster"] = {**cluster, "context": f"kind-{config_name}"}
     out["rehearsal"] = {**(out.get("rehearsal") or {}), "external_controllers": []}
-    out["gpu_pools"] = [{**pool, "fake": True} for pool in out.get("gpu_pools") or []]
+    for pools in ("gpu_pools", "cpu_pools"):
+        if out.get(pools):
+            out[pools] = [{**pool, "fake": True} for pool in out[pools]]
     out["lifecycle"] = {**(out.get("lifecycle") or {}), "protect_data": False}
     return out
 

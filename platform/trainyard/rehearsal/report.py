@@ -142,8 +142,10 @@ class Observer:
 
     def _admission(self, workload: Manifest) -> tuple[str | None, int | None]:
         admission = workload.get("status", {}).get("admission") or {}
-        flavors = [a.get("flavors", {}).get(catalog.GPU_RESOURCE) for a in admission.get("podSetAssignments", [])]
-        flavor = next((f for f in flavors if f), None)
+        # The GPUs' flavor; a CPU-only job's (no GPU assigned) is its CPU's.
+        flavors = [a.get("flavors", {}) for a in admission.get("podSetAssignments", [])]
+        flavor = next((f.get(catalog.GPU_RESOURCE) or f.get("cpu") for f in flavors
+                       if f.get(catalog.GPU_RESOURCE) or f.get("cpu")), None)
         queue = admission.get("clusterQueue")
         if not queue or not flavor:
             return flavor, None

@@ -139,9 +139,9 @@ class TenantSdk:
         from kubeflow.trainer.types import types as sdk
 
         runtime = self.client.get_runtime(job.runtime)
-        pool = config.pool(job.flavor) if job.flavor else None
+        pool = next((p for p in config.pools if p.name == job.flavor), None) if job.flavor else None
         if job.flavor and pool is None:
-            raise ClusterError(f"job {job.name}: flavor {job.flavor!r} is not a GPU pool of the stack")
+            raise ClusterError(f"job {job.name}: flavor {job.flavor!r} is not a pool of the stack")
         annotations = {RUN_FOR_ANNOTATION: job.run_for}
         if job.never_ready:
             annotations[NEVER_READY_ANNOTATION] = "true"

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests.rehearsal import fake_nodes
+from trainyard.manifests.rehearsal import fake_nodes, pool_node_labels
 from trainyard.project import Stack
 from trainyard.rehearsal import factory, volumes
 from trainyard.rehearsal.cluster import CONTROL_PLANE, ControlPlane
@@ -44,7 +44,7 @@ from trainyard.rehearsal.processes import Processes
 from trainyard.rehearsal.report import Observer, check, table
 from trainyard.rehearsal.scenario import Job, Scenario, seconds
 from trainyard.rehearsal.settings import HOST, ClusterError, Settings
-from trainyard.rehearsal.stack import InCluster, write_rehearsal_stack
+from trainyard.rehearsal.stack import InCluster, real_node_pool, write_rehearsal_stack
 from trainyard.rehearsal.trainjobs import trainjob_for
 
 if TYPE_CHECKING:
@@ -121,12 +121,13 @@ class Rehearsal:
             self._real_node_up()
         self.kwok.up()
         self.controllers.up()
-        nodes = fake_nodes(self.config, every_pool=True)
+        served = real_node_pool(self.config) if self.in_cluster is not None else None
+        nodes = fake_nodes(self.config, every_pool=True, real={served: 1} if served else None)
         self.control_plane.apply_storage_class()
         self.control_plane.apply_nodes(nodes)
         self._wait_nodes_ready([n["metadata"]["name"] for n in nodes])
         print(f"==> rehearsal cluster up in {time.monotonic() - start:.0f}s: {self.control_plane.server}, "
-              f"{len(nodes)} fake GPU nodes, Kueue v{self.config.versions.kueue}, JobSet v{self.config.versions.jobset}, "
+              f"{len(nodes)} fake nodes, Kueue v{self.config.versions.kueue}, JobSet v{self.config.versions.jobset}, "
               f"Trainer v{self.config.versions.trainer}; export KUBECONFIG={self.settings.kubeconfig}", flush=True)
 
     def _real_node(self) -> RealNode:
@@ -146,6 +147,13 @@ class Rehearsal:
         start = time.monotonic()
         self._real_node().up()
         print(f"==> real node {REAL_NODE} Ready in {time.monotonic() - start:.0f}s", flush=True)
+        served = real_node_pool(self.config)
+        if served is not None:  # the node of the stack's CPU pool: its ResourceFlavor's labels and topology domains
+            labels = pool_node_labels(self.config.pool(served), 0)
+            self.kube.apply([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": REAL_NODE, "labels": labels}}],
+                            field_manager="trainyard-cluster")
+            print(f"    {REAL_NODE} is node 0 of CPU pool {served}: {', '.join(f'{k}={v}' for k, v in labels.items())}",
+                  flush=True)
         start = time.monotonic()
         for line in fill_mirror(self.stack, self.config, self.in_cluster, self.settings.tools_dir):
             print(f"    {line}", flush=True)

@@ -7,7 +7,7 @@
   Deployments that nothing runs (no container runtime) and register webhooks at Services with no
   endpoints; the rehearsal runs Kueue, JobSet and Trainer as local processes instead (``controllers.py``),
   and the other charts' objects (object store, MLflow, KServe, cert-manager) are simply not installed;
-- every GPU pool ``fake: true``: its nodes are fake Node objects shaped like the pool (``manifests.rehearsal``);
+- every GPU and CPU pool ``fake: true``: its nodes are fake Node objects shaped like the pool (``manifests.rehearsal``);
 - ``lifecycle.protect_data: false``: a rehearsal is disposable (CRDs and namespaces are still retained on delete);
 
 With real nodes (``InCluster``: the charts whose pods the rehearsal can run, from images built here: Kueue, JobSet,
@@ -25,6 +25,9 @@ and those charts are installed by ``pulumi up`` like on any cluster:
   ``trainyard-pod-images`` policy refuses a tenant pod with an image from anywhere else;
 - ``charts`` -> the same loopback registry as the OCI chart mirror (``rehearsal/mirror.py`` pushes the charts);
 - ``system_pods.node_selector`` -> the real nodes' label, so that no controller lands on a fake GPU node;
+- the first CPU pool ``fake: false``: the real node is its first node (``real_node_pool``; the session labels it as
+  the pool's node), so that a CPU-only TrainJob through a tenant's queue runs its containers there (the lab, live);
+
 
 then a scenario's own ``platform:`` overrides (merged; lists of named items merge by ``name``). The result
 is validated like any stack and written to the cluster's state directory, where ``tools/pulumi-local.sh``
@@ -111,9 +114,17 @@ def rehearsal_platform(platform: Mapping[str, Any], overrides: Mapping[str, Any]
         out["charts"] = {"mirror": f"oci://{in_cluster.registry}/charts", "plain_http": True}
         out["system_pods"] = {**(out.get("system_pods") or {}), "node_selector": dict(REAL_NODE_LABELS)}
     out["gpu_pools"] = [{**pool, "fake": True} for pool in out.get("gpu_pools") or []]
+    if out.get("cpu_pools"):
+        out["cpu_pools"] = [{**pool, "fake": in_cluster is None or index > 0}
+                            for index, pool in enumerate(out["cpu_pools"])]
     out["lifecycle"] = {**(out.get("lifecycle") or {}), "protect_data": False}
     merged: dict[str, Any] = merge(out, dict(overrides or {}))
     return merged
+
+
+def real_node_pool(config: PlatformConfig) -> str | None:
+    """The CPU pool the rehearsal's real node serves (the overlay's first CPU pool, ``fake: false``); None if none."""
+    return next((pool.name for pool in config.cpu_pools if not pool.fake), None)
 
 
 def read_platform(stack_file: Path) -> dict[str, Any]:
@@ -138,5 +149,5 @@ def write_rehearsal_stack(stack_file: Path, target: Path, overrides: Mapping[str
     return config
 
 
-__all__ = ["REHEARSAL_MIRROR", "ConfigError", "InCluster", "merge", "read_platform", "rehearsal_platform",
-           "write_rehearsal_stack"]
+__all__ = ["REHEARSAL_MIRROR", "ConfigError", "InCluster", "merge", "read_platform", "real_node_pool",
+           "rehearsal_platform", "write_rehearsal_stack"]

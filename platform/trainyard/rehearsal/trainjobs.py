@@ -36,14 +36,14 @@ def trainjob_for(config: PlatformConfig, job: Job) -> Manifest:
     tenant = next((t for t in config.tenants if t.name == job.tenant), None)
     if tenant is None:
         raise ClusterError(f"job {job.name}: tenant {job.tenant!r} is not in the stack")
-    pool = config.pool(job.flavor) if job.flavor else None
+    pool = next((p for p in config.pools if p.name == job.flavor), None) if job.flavor else None
     if job.flavor and pool is None:
-        raise ClusterError(f"job {job.name}: flavor {job.flavor!r} is not a GPU pool of the stack")
+        raise ClusterError(f"job {job.name}: flavor {job.flavor!r} is not a pool of the stack")
     labels = {QUEUE_NAME_LABEL: DEFAULT_LOCAL_QUEUE, TENANT_LABEL: tenant.name}
     if job.priority:
         labels[PRIORITY_CLASS_LABEL] = job.priority
     # Tenant namespaces' ResourceQuota limits requests.cpu/memory: every pod must request them.
-    resources = {catalog.GPU_RESOURCE: str(job.gpus_per_node), "cpu": "1", "memory": "4Gi"}
+    resources = {**({catalog.GPU_RESOURCE: str(job.gpus_per_node)} if job.gpus_per_node else {}), "cpu": "1", "memory": "4Gi"}
     annotations = {RUN_FOR_ANNOTATION: job.run_for}
     if job.never_ready:
         annotations[NEVER_READY_ANNOTATION] = "true"

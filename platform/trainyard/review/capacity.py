@@ -5,7 +5,8 @@ capacity of its cohort; lending limits say how much of its guarantee others may 
 Pools that share GPUs (MIG, time-slicing) are counted a second time in the units their device
 plugin advertises (slices, replicas), next to the whole GPUs: per resource, the physical GPUs it
 lives on, its units, and the tenants' quotas of it (``resource_report``, which ``trainyard diff``
-reads too, so the review and this report give the same figures).
+reads too, so the review and this report give the same figures). CPU pools (no GPUs) get their own
+table: their CPU and memory against the tenants' quotas of them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from trainyard.config.gpu_operator import COMPUTE_SLICES
 from trainyard.config.gpu_pools import advertised_resources, gpu_equivalent, gpus_carrying, mig_gpus, sharing_of
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.kueue import MIG_SLICES
+from trainyard.quantity import format_quantity, parse_quantity
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,49 @@ def resource_report(config: PlatformConfig) -> list[ResourceCapacity]:
     return out
 
 
+@dataclass(frozen=True)
+class CpuQuota:
+    tenant: str
+    cohort: str | None
+    cpu: Fraction
+    memory: Fraction
+
+
+@dataclass(frozen=True)
+class CpuCapacity:
+    """A CPU pool (no GPUs): its CPU and memory against the tenants' nominal quotas of them."""
+
+    flavor: str
+    nodes: int
+    cpu_per_node: Fraction
+    memory_per_node: Fraction
+    tenants: tuple[CpuQuota, ...]
+
+    @property
+    def cpu(self) -> Fraction:
+        return self.nodes * self.cpu_per_node
+
+    @property
+    def memory(self) -> Fraction:
+        return self.nodes * self.memory_per_node
+
+    @property
+    def committed_cpu(self) -> Fraction:
+        return sum((t.cpu for t in self.tenants), Fraction(0))
+
+    @property
+    def committed_memory(self) -> Fraction:
+        return sum((t.memory for t in self.tenants), Fraction(0))
+
+
+def cpu_capacity_report(config: PlatformConfig) -> list[CpuCapacity]:
+    """Every CPU pool with the tenants' quotas on it (config/checks.py requires their cpu and memory)."""
+    return [CpuCapacity(pool.name, pool.nodes, parse_quantity(pool.cpu_per_node), parse_quantity(pool.memory_per_node),
+                        tuple(CpuQuota(t.name, t.cohort, parse_quantity(q.cpu or 0), parse_quantity(q.memory or 0))
+                              for t in config.tenants for q in t.quotas if q.flavor == pool.name))
+            for pool in config.cpu_pools]
+
+
 def shared_capacity_report(config: PlatformConfig) -> list[ResourceCapacity]:
     """Every resource of every sharing pool (including its remaining whole GPUs), with the tenants' quotas."""
     return [r for r in resource_report(config) if r.sharing != "whole"]
@@ -154,6 +199,7 @@ def format_capacity(config: PlatformConfig) -> str:
             lines.append(f"| {f.flavor} | {t.tenant} | {_quota_cells(t, f.allocatable)}")
     lines += _format_shared(shared_capacity_report(config))
     lines += _format_slice_budget(config)
+    lines += _format_cpu(cpu_capacity_report(config))
     return "\n".join(lines) + "\n"
 
 
@@ -167,6 +213,27 @@ def _format_slice_budget(config: PlatformConfig) -> list[str]:
     lines = ["", f"## MIG slice budget ({MIG_SLICES}): {promised} of {total} compute slices committed "
              f"({total // COMPUTE_SLICES} MIG GPUs x {COMPUTE_SLICES})", "", "| tenant | slices |", "|---|---:|"]
     lines += [f"| {name} | {n} |" for name, n in budgets]
+    return lines
+
+
+def _format_cpu(report: list[CpuCapacity]) -> list[str]:
+    if not report:
+        return []
+    def cpu(value: Fraction) -> str:
+        return format_quantity(value, binary=False)
+
+    def memory(value: Fraction) -> str:
+        return format_quantity(value, binary=True)
+
+    lines = ["", "## CPU pools: CPU and memory for CPU-only jobs", "",
+             "| flavor | nodes x CPU, memory | CPU | memory | committed CPU | committed memory |",
+             "|---|---|---:|---:|---:|---:|"]
+    for f in report:
+        lines.append(f"| {f.flavor} | {f.nodes} x {cpu(f.cpu_per_node)}, {memory(f.memory_per_node)} | {cpu(f.cpu)} | "
+                     f"{memory(f.memory)} | {cpu(f.committed_cpu)} | {memory(f.committed_memory)} |")
+    lines += ["", "| flavor | tenant | cohort | CPU | memory |", "|---|---|---|---:|---:|"]
+    for f in report:
+        lines += [f"| {f.flavor} | {t.tenant} | {t.cohort or '-'} | {cpu(t.cpu)} | {memory(t.memory)} |" for t in f.tenants]
     return lines
 
 
@@ -223,4 +290,11 @@ def capacity_json(stack: str, config: PlatformConfig) -> dict[str, Any]:
                        "tenants": [_tenant_json(t) for t in r.tenants]}
                       for r in resource_report(config)],
         "mig_slice_budget": budget,
+        "cpu_flavors": [{"flavor": f.flavor, "nodes": f.nodes, "cpu_per_node": format_quantity(f.cpu_per_node, binary=False),
+                         "memory_per_node": format_quantity(f.memory_per_node, binary=True),
+                         "committed_cpu": format_quantity(f.committed_cpu, binary=False),
+                         "committed_memory": format_quantity(f.committed_memory, binary=True),
+                         "tenants": [{"tenant": t.tenant, "cohort": t.cohort, "cpu": format_quantity(t.cpu, binary=False),
+                                      "memory": format_quantity(t.memory, binary=True)} for t in f.tenants]}
+                        for f in cpu_capacity_report(config)],
     }
