@@ -5,7 +5,8 @@ fills its own mirror: the controllers' (below), SeaweedFS's (``seaweedfs_image.p
 provisioner (``provisioner_image.py``, on the factory's Python base, ``python_base.py``). ``build_images`` builds the
 ones a list of chart components needs, and on request (``LAB``, not a chart's) the lab's CPU stand-in for the
 ``lora-peft`` runtime's image (``lab_image.py``: Debian's CPU PyTorch, ~1 GB, so never built unasked) and the
-barman-cloud CNPG-I plugin's two images (``barman_cloud_image.py``: the site installs that plugin; no chart). ``STAND_INS``
+barman-cloud CNPG-I plugin's two images (``barman_cloud_image.py``: the site installs that plugin; no chart) and
+Trainer's dataset and model initializer images (``initializer_image.py``: what the lab's runtimes run first). ``STAND_INS``
 gathers what the factory builds in place of the version a name says. The controller images are each laid out as its
 upstream Dockerfile lays it out, on a base of distroless ``static:nonroot``'s files (``rehearsal/base_layer.py``):
 
@@ -67,7 +68,14 @@ from trainyard.config.load import project_root
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.installs import component_version, upstream_image
 from trainyard.project import Stack
-from trainyard.rehearsal import barman_cloud_image, lab_image, postgres_image, provisioner_image, seaweedfs_image
+from trainyard.rehearsal import (
+    barman_cloud_image,
+    initializer_image,
+    lab_image,
+    postgres_image,
+    provisioner_image,
+    seaweedfs_image,
+)
 from trainyard.rehearsal.base_layer import ENV, base_layer
 from trainyard.rehearsal.image_cache import (
     BuiltImage,
@@ -136,7 +144,10 @@ COMPONENTS = (*CONTROLLERS, SEAWEEDFS)
 LAB = lab_image.COMPONENT
 # Built only when asked for: the barman-cloud plugin's image and its sidecar's (not a chart's: the site installs it).
 BARMAN_CLOUD = barman_cloud_image.COMPONENT
-ON_REQUEST = (LAB, BARMAN_CLOUD)
+# Built only when asked for: Trainer's dataset and model initializer images, which the lab's runtimes run before
+# the trainer (Python programs of Trainer's module on the factory's Python base; initializer_image.py).
+INITIALIZERS = initializer_image.COMPONENT
+ON_REQUEST = (LAB, BARMAN_CLOUD, INITIALIZERS)
 # What the factory builds in place of what a name says, and why (each module's record; docs/architecture.md).
 STAND_INS: dict[str, dict[str, object]] = {SEAWEEDFS: dict(seaweedfs_image.STAND_INS), LAB: dict(lab_image.STAND_INS),
                                            BARMAN_CLOUD: dict(barman_cloud_image.STAND_INS)}
@@ -220,7 +231,8 @@ def build_images(config: PlatformConfig, tools_dir: Path, cache: Path | None = N
     and the provisioning Job's (Trainyard's own, on the Python base), which creates the buckets on it; for ``cnpg``,
     where the stack declares MLflow's database, the PostgreSQL operand (``postgres_image.py``); for ``lora-peft`` the
     lab's CPU image of that runtime (``lab_image.py``; ``project``: where runtimes/ is, default the project root); for
-    ``barman-cloud`` the plugin's and its sidecar's (``barman_cloud_image.py``)."""
+    ``barman-cloud`` the plugin's and its sidecar's (``barman_cloud_image.py``); for ``trainer-initializers`` Trainer's
+    dataset and model initializers (``initializer_image.py``)."""
     wanted = list(components)
     unknown = sorted(set(wanted) - {*COMPONENTS, *ON_REQUEST})
     if unknown:
@@ -238,6 +250,8 @@ def build_images(config: PlatformConfig, tools_dir: Path, cache: Path | None = N
         out.append(lab_image.build(config, project or project_root(), directory))
     if BARMAN_CLOUD in wanted:
         out.extend(barman_cloud_image.build(config, tools_dir, directory))
+    if INITIALIZERS in wanted:
+        out.extend(initializer_image.build(config, directory, project or project_root(), root))
     return out
 
 
