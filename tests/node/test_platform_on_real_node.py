@@ -21,7 +21,13 @@ their digests; then the real engine deploys the local stack with those three con
   InferenceService the stack's policies allow comes back defaulted by KServe's mutating webhook, an invalid one is
   refused by its validating webhook with its own message; a real one gets its Deployment and Service from the
   controller, and its pod the storage initializer from KServe's pod mutator;
+- a CPU-only TrainJob through a tenant's LocalQueue is admitted on the `cpu` flavor (node-0 serves the local stack's
+  CPU pool) and its container really runs there, as uid 1000 with Trainer's `PET_*` environment: the first
+  TrainJob whose container starts (the room node-0 has beside the platform's pods is printed);
 - a second `pulumi up` changes nothing, and leaves the injected CA bundles alone;
+- `trainyard cluster lab-images`: the lab's CPU image and Trainer's initializers pushed and locked; Trainer's
+  own dataset initializer, by the locked digest, fetches a tenant's dataset from SeaweedFS in the cluster with the
+  tenant's credentials, as the runtimes give them, through the stack's NetworkPolicies;
 - a controller pod that is killed is replaced and the platform admits the next job; a killed containerd is
   restarted and the node's pods keep running.
 
@@ -266,6 +272,77 @@ def test_a_tenant_reads_and_writes_its_own_bucket_and_is_refused_the_others(live
         assert theirs not in seen["buckets listed"], seen
 
 
+def _cpu_trainjob(name: str, namespace: str, tenant: str, image: str, script: str) -> dict[str, Any]:
+    """A CPU-only TrainJob as a tenant writes it: through its LocalQueue, the approved ``torch-distributed`` runtime,
+    its own image (an approved registry's) and command, and a small resourcesPerNode (no accelerator)."""
+    from trainyard.manifests.meta import DEFAULT_LOCAL_QUEUE, QUEUE_NAME_LABEL, TENANT_LABEL
+
+    # node-0 holds the platform's pods too: 1900m of its 2000m CPU are requested before any job (printed by the test).
+    requests, limits = {"cpu": "50m", "memory": "128Mi"}, {"cpu": "1", "memory": "256Mi"}
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {QUEUE_NAME_LABEL: DEFAULT_LOCAL_QUEUE, TENANT_LABEL: tenant}},
+            "spec": {"runtimeRef": {"name": "torch-distributed"},
+                     "trainer": {"numNodes": 1, "image": image, "command": ["python3", "-c", script],
+                                 "resourcesPerNode": {"requests": requests, "limits": limits}}}}
+
+
+def _millicores(value: str) -> int:
+    return int(value[:-1]) if value.endswith("m") else int(float(value) * 1000)
+
+
+def _node_room(live: Rehearsal) -> str:
+    """node-0's allocatable CPU and what the pods bound to it request: the room a training job has beside the
+    platform's own pods (the lab's sizing needs this figure)."""
+    node = live.kube.get("node", REAL_NODE)
+    allocatable = _millicores(node["status"]["allocatable"]["cpu"])
+    requested = {}
+    for pod in live.kube.items("pods", "*"):
+        if pod["spec"].get("nodeName") != REAL_NODE or pod["status"].get("phase") in ("Succeeded", "Failed"):
+            continue
+        cpu = sum(_millicores(c.get("resources", {}).get("requests", {}).get("cpu", "0"))
+                  for c in pod["spec"]["containers"])
+        requested[f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"] = cpu
+    listed = ", ".join(f"{name} {cpu}m" for name, cpu in sorted(requested.items(), key=lambda kv: -kv[1]))
+    return (f"{REAL_NODE}: {allocatable}m CPU allocatable, {sum(requested.values())}m requested by "
+            f"{len(requested)} pods ({listed})")
+
+
+def test_a_cpu_trainjob_through_a_tenants_queue_runs_its_container_on_the_real_node(live: Rehearsal) -> None:
+    """The CPU pool is node-0 here (rehearsal/stack.py ``real_node_pool``): a TrainJob with no accelerator is admitted
+    on the ``cpu`` flavor by the tenant's ClusterQueue, and its pod is a real container on the real node that runs to
+    completion and says where it ran: the first TrainJob whose container really starts."""
+    from trainyard.rehearsal.stack import real_node_pool
+
+    pool = real_node_pool(live.config)
+    assert pool is not None, "the local stack has a CPU pool; the real-node overlay serves it with node-0"
+    tenant = next(t for t in live.config.tenants if any(q.flavor == pool for q in t.quotas))
+    namespace, name = tenant.namespace_name, "cpu-on-node-0"
+    script = ("import json, os, socket; print(json.dumps({'host': socket.gethostname(), 'uid': os.getuid(), "
+              "'rank': os.environ.get('PET_NODE_RANK'), 'nodes': os.environ.get('PET_NNODES')}))")
+    print(_node_room(live))
+    start = time.monotonic()
+    live.kube.create(_cpu_trainjob(name, namespace, tenant.name, _provisioner_image(live), script))
+    live.wait_finished([name], namespace, timeout=240)
+    TIMINGS["a CPU TrainJob on the real node, submitted -> completed"] = time.monotonic() - start
+    workload = next(w for w in live.workloads(namespace)
+                    if any(r["name"] == name for r in w["metadata"].get("ownerReferences", [])))
+    admission = workload["status"]["admission"]
+    flavors = {f for a in admission["podSetAssignments"] for f in a.get("flavors", {}).values()}
+    pods = live.kube.items("pods", namespace, selector=f"jobset.sigs.k8s.io/jobset-name={name}")
+    print(f"{namespace}/{name}: ClusterQueue {admission['clusterQueue']}, flavor {', '.join(sorted(flavors))}, pods "
+          + ", ".join(f"{p['metadata']['name']} {p['status'].get('phase')} on {p['spec'].get('nodeName')}" for p in pods))
+    # Kueue's topology-aware scheduling counts what node-0's pods request: a job that does not fit the room left
+    # there is given the next flavor whose quota fits (a fake GPU node's CPU: docs/components/kueue.md "CPU pools").
+    assert flavors == {pool}, (admission, _node_room(live))
+    assert len(pods) == 1 and pods[0]["spec"]["nodeName"] == REAL_NODE and pods[0]["status"]["phase"] == "Succeeded"
+    log = live.kube.run("logs", pods[0]["metadata"]["name"], "-n", namespace).stdout.strip()
+    print(f"its output: {log}")
+    ran = json.loads(log.splitlines()[-1])
+    assert ran == {"host": ran["host"], "uid": 1000, "rank": "0", "nodes": "1"}, ran
+    live.kube.delete("trainjobs.trainer.kubeflow.org", name, namespace=namespace, wait=True)
+
+
 KSERVE = "kserve"
 INJECT = "cert-manager.io/inject-ca-from"
 
@@ -422,6 +499,88 @@ def test_a_second_up_changes_nothing(live: Rehearsal) -> None:
     ca = base64.b64decode(secret["data"]["ca.crt"])
     assert all(ca in base64.b64decode(w["clientConfig"]["caBundle"])
                for c in _webhook_configurations(live) for w in c["webhooks"])
+
+
+PUT_DATASET = """
+import boto3, hashlib, json, os
+from botocore.config import Config
+s3 = boto3.client("s3", config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+files = {"lab-dataset/train.jsonl": b"".join(b'{"text": "line %d"}\\n' % i for i in range(48)),
+         "lab-dataset/README.md": b"the lab's dataset, written by the node test\\n"}
+for key, body in files.items():
+    s3.put_object(Bucket=os.environ["BUCKET"], Key=key, Body=body)
+print(json.dumps({key.split("/", 1)[1]: hashlib.sha256(body).hexdigest() for key, body in files.items()}))
+"""
+
+LIST_WORKSPACE = """
+import hashlib, json, os
+root = "/workspace/dataset"
+print(json.dumps({name: hashlib.sha256(open(os.path.join(root, name), "rb").read()).hexdigest()
+                  for name in sorted(os.listdir(root))}))
+"""
+
+
+def test_trainers_dataset_initializer_fetches_a_tenants_dataset_from_the_in_cluster_store(live: Rehearsal) -> None:
+    """`trainyard cluster lab-images`: the lab's images built, pushed to the mirror and locked; then Trainer's own
+    dataset initializer (the image the lora-* runtimes run first), by the locked digest, as uid 1000 on the real node,
+    reads a tenant's dataset from SeaweedFS in the cluster with the tenant's credentials, through the stack's
+    NetworkPolicies, exactly as the runtime's dataset-initializer container is given them (runtimes.INITIALIZER_S3_ENV)."""
+    from trainyard.manifests import object_store
+    from trainyard.manifests.meta import OBJECT_STORE_SECRET
+    from trainyard.manifests.runtimes import INITIALIZER_S3_ENV
+
+    assert live.in_cluster is not None
+    start = time.monotonic()
+    for line in live.push_lab_images():
+        print(f"    {line}")
+    TIMINGS["the lab's images built (or cached), pushed and locked"] = time.monotonic() - start
+    lock = load_lock(live.in_cluster.lock_file)
+    image = "registry.trainyard.internal/kubeflow/trainer/dataset-initializer:v2.3.0"
+    entry = lock.entries[image]
+    assert entry.digest.startswith("sha256:"), entry
+    assert lock.entries["registry.trainyard.internal/trainyard/lora-peft:0.1.0"].digest.startswith("sha256:")
+
+    tenant = live.config.tenants[1]  # team-b: its datasets bucket has no object lock (the seaweedfs tests say why)
+    namespace, bucket = tenant.namespace_name, object_store.bucket_name(live.config, tenant, "datasets")
+    written = _run_python(live, namespace, "put-dataset", PUT_DATASET, OBJECT_STORE_SECRET, env={"BUCKET": bucket})
+    written.pop("seconds")
+    env = [{"name": "STORAGE_URI", "value": f"s3://{bucket}/lab-dataset/"},
+           *({"name": name, "valueFrom": {"secretKeyRef": {"name": OBJECT_STORE_SECRET, "key": key}}}
+             for name, key in INITIALIZER_S3_ENV)]
+    restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    small = {"requests": {"cpu": "50m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}  # node-0's room
+    mount = [{"name": "initializer", "mountPath": "/workspace"}]
+    name = "dataset-initializer"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+           "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
+                    "nodeSelector": {"kubernetes.io/hostname": REAL_NODE},
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "volumes": [{"name": "initializer", "emptyDir": {}}],
+                    "initContainers": [{"name": name, "image": f"{image}@{entry.digest}", "env": env,
+                                        "resources": small, "securityContext": restricted, "volumeMounts": mount}],
+                    "containers": [{"name": "list", "image": _provisioner_image(live),
+                                    "command": ["python3", "-c", LIST_WORKSPACE], "resources": small,
+                                    "securityContext": restricted, "volumeMounts": mount}]}}
+    start = time.monotonic()
+    live.kube.create(pod)
+    try:
+        phase = wait_until(f"pod {namespace}/{name} to finish", lambda: (
+            live.kube.get("pod", name, namespace).get("status", {}).get("phase") in ("Succeeded", "Failed")
+            and live.kube.get("pod", name, namespace)["status"]["phase"]), 300, interval=1)
+        fetched_log = live.kube.run("logs", name, "-n", namespace, "-c", name).stdout
+        listed = live.kube.run("logs", name, "-n", namespace, "-c", "list").stdout
+        status = live.kube.get("pod", name, namespace)["status"]
+    finally:
+        live.kube.delete("pod", name, namespace=namespace)
+    TIMINGS["Trainer's dataset initializer on the real node: created -> dataset listed"] = time.monotonic() - start
+    print(fetched_log[-3000:])
+    assert phase == "Succeeded", (status, fetched_log[-3000:])
+    (initializer,) = status["initContainerStatuses"]
+    assert initializer["imageID"].endswith(entry.digest), initializer  # what containerd ran: the locked digest
+    seen = json.loads(listed.strip().splitlines()[-1])
+    print(f"{namespace}: s3://{bucket}/lab-dataset/ -> /workspace/dataset: {json.dumps(seen)}")
+    assert seen == written, (seen, written)
 
 
 def test_a_killed_controller_pod_is_replaced_and_jobs_still_run(live: Rehearsal) -> None:

@@ -102,3 +102,29 @@ def test_a_machine_that_cannot_run_the_real_node_is_told_what_is_missing_and_not
     with pytest.raises(PrerequisiteError, match=r"kubelet: not built"):
         session.up()
     assert not list((tmp_path / "cluster").glob("run/*.pid"))  # not even etcd
+
+
+def test_the_lab_images_are_refused_without_real_nodes_naming_the_command(tmp_path: Path) -> None:
+    from trainyard.rehearsal.session import Rehearsal
+    from trainyard.rehearsal.settings import ClusterError, Ports, Settings
+
+    settings = Settings(tools_dir=tmp_path / "no-tools", state_dir=tmp_path / "cluster", ports=Ports())
+    session = Rehearsal(open_stack("local"), settings, env={}, real_nodes=False)
+    with pytest.raises(ClusterError, match=r"trainyard cluster up local --real-nodes"):
+        list(session.push_lab_images())
+
+
+def test_the_lab_images_are_the_runtimes_image_and_trainers_initializers(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `trainyard cluster lab-images` asks of the mirror: the two on-request image sets, nothing else."""
+    from trainyard.rehearsal import factory, mirror
+    from trainyard.rehearsal.session import Rehearsal
+    from trainyard.rehearsal.settings import Ports, Settings
+
+    asked: list[tuple[str, ...]] = []
+    monkeypatch.setattr(mirror, "push_images", lambda stack, config, in_cluster, tools, components: iter(
+        asked.append(tuple(components)) or ["pushed"]))
+    settings = Settings(tools_dir=tmp_path / "no-tools", state_dir=tmp_path / "cluster", ports=Ports())
+    session = Rehearsal(open_stack("local"), settings, env={}, real_nodes=True)
+    assert list(session.push_lab_images()) == ["pushed"]
+    assert asked == [(factory.LAB, factory.INITIALIZERS)] == [("lora-peft", "trainer-initializers")]

@@ -48,6 +48,7 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
             return _real_node(settings, args.action, args.node, args.proxy, args.network_policy, args.dns)
         rehearsal = _rehearsal(args.stack or "local", True if args.real_nodes else None)
         actions = {"up": lambda: _up(rehearsal), "deploy": lambda: _deploy(rehearsal), "smoke": lambda: _smoke(rehearsal),
+                   "lab-images": lambda: _lab_images(rehearsal),
                    "kubeconfig": lambda: _tenant_kubeconfig(rehearsal, args.tenant)}
         if args.action in actions:
             return actions[args.action]()
@@ -72,6 +73,14 @@ def _deploy(rehearsal: Rehearsal) -> int:
     if rehearsal.real_nodes:
         print(rehearsal.wait_platform_ready())
     print(f"==> deployed in {run.seconds:.0f}s", flush=True)
+    return EXIT_OK
+
+
+def _lab_images(rehearsal: Rehearsal) -> int:
+    """The lab's images (the lora-peft runtime's CPU stand-in, Trainer's initializers) into the real nodes' mirror."""
+    for line in rehearsal.push_lab_images():
+        print(f"    {line}", flush=True)
+    print("==> pushed and locked; `trainyard cluster deploy` renders the runtimes with these digests", flush=True)
     return EXIT_OK
 
 
@@ -246,13 +255,15 @@ def _cmd_kind(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     help_text = "the rehearsal cluster: control plane, real Kueue/JobSet/Trainer, kwok and fake GPU nodes on 127.0.0.1"
     cluster = subparsers.add_parser("cluster", help=help_text, description=help_text)
-    cluster.add_argument("action", choices=["up", "deploy", "down", "status", "env", "smoke", "kubeconfig", "node-up",
-                                            "node-down"],
+    cluster.add_argument("action", choices=["up", "deploy", "down", "status", "env", "smoke", "kubeconfig", "lab-images",
+                                            "node-up", "node-down"],
                          help="up: start (idempotent); deploy: `pulumi up` of the stack's rehearsal overlay (with real "
                          "nodes: then every installed controller Ready); down: stop (webhooks removed first); status; "
                          "env: variables; "
                          "smoke: one TrainJob per tenant, admitted, placed on its pool and completed; "
                          "kubeconfig --tenant T: print the path of a kubeconfig of a member of tenant T; "
+                         "lab-images: (real nodes) build, push and lock the lab's lora-peft CPU image and Trainer's "
+                         "initializers (~1.2 GB; then deploy); "
                          "node-up/node-down [--node NAME]: a real node (containerd, CNI bridge, kubelet; root) beside the "
                          "running control plane, and its clean stop")
     cluster.add_argument("stack", metavar="STACK", nargs="?", help="stack whose pools and Kueue settings to use (default local)")

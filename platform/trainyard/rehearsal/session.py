@@ -27,7 +27,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -137,6 +137,24 @@ class Rehearsal:
         # The stack's NetworkPolicies are enforced on it (kube-router's firewall): the platform must work inside them.
         hosts = registry_hosts(self.config, self.in_cluster) if self.in_cluster is not None else ()
         return RealNode(self.settings, REAL_NODE, 0, proxy=True, dns=True, network_policy=True, registry_hosts=hosts)
+
+    def push_lab_images(self) -> Iterator[str]:
+        """The images a ``lora-peft`` TrainJob's pods run, for the real node: the lab's CPU stand-in of the runtime's
+        image and Trainer's dataset and model initializers (``factory.ON_REQUEST``: ~1.2 GB, so not part of ``up``),
+        built or taken from the factory's cache, pushed to the loopback mirror and locked in the rehearsal's lock, so
+        the next ``deploy`` renders the runtimes with their digests. Yields one line per thing done."""
+        from trainyard.rehearsal.mirror import push_images
+
+        if self.in_cluster is None:
+            raise ClusterError("the lab's images run on a real node: start the cluster with `trainyard cluster up "
+                               f"{self.stack.name} --real-nodes` first")
+        from trainyard.rehearsal.images import ImageError
+
+        try:
+            yield from push_images(self.stack, self.config, self.in_cluster, self.settings.tools_dir,
+                                   (factory.LAB, factory.INITIALIZERS))
+        except ImageError as exc:
+            raise ClusterError(f"the lab's images: {exc}") from None
 
     def _real_node_up(self) -> None:
         """The real node the controllers' pods run on, and the mirror the stack is deployed from."""
