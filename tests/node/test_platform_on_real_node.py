@@ -137,6 +137,16 @@ def _provisioner_image(live: Rehearsal) -> str:
     return image
 
 
+def _pod_finished(live: Rehearsal, namespace: str, name: str, timeout: float) -> str:
+    """The phase a pod ends in (Succeeded or Failed), waited for."""
+    def ended() -> str | None:
+        phase = live.kube.get("pod", name, namespace).get("status", {}).get("phase")
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    found: str = wait_until(f"pod {namespace}/{name} to finish", ended, timeout, interval=1)
+    return found
+
+
 def _run_python(live: Rehearsal, namespace: str, name: str, script: str, secret: str,
                 labels: dict[str, str] | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``script`` with the provisioner image in a restricted pod of ``namespace`` (the keys of ``secret`` as its
@@ -158,9 +168,7 @@ def _run_python(live: Rehearsal, namespace: str, name: str, script: str, secret:
     start = time.monotonic()
     live.kube.create(pod)
     try:
-        phase = wait_until(f"pod {namespace}/{name} to finish", lambda: (
-            live.kube.get("pod", name, namespace).get("status", {}).get("phase") in ("Succeeded", "Failed")
-            and live.kube.get("pod", name, namespace)["status"]["phase"]), 180, interval=1)
+        phase = _pod_finished(live, namespace, name, 180)
         log = live.kube.run("logs", name, "-n", namespace).stdout
     finally:
         live.kube.delete("pod", name, namespace=namespace)
@@ -565,9 +573,7 @@ def test_trainers_dataset_initializer_fetches_a_tenants_dataset_from_the_in_clus
     start = time.monotonic()
     live.kube.create(pod)
     try:
-        phase = wait_until(f"pod {namespace}/{name} to finish", lambda: (
-            live.kube.get("pod", name, namespace).get("status", {}).get("phase") in ("Succeeded", "Failed")
-            and live.kube.get("pod", name, namespace)["status"]["phase"]), 300, interval=1)
+        phase = _pod_finished(live, namespace, name, 300)
         fetched_log = live.kube.run("logs", name, "-n", namespace, "-c", name).stdout
         listed = live.kube.run("logs", name, "-n", namespace, "-c", "list").stdout
         status = live.kube.get("pod", name, namespace)["status"]

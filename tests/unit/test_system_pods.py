@@ -42,6 +42,40 @@ def test_controllers_land_on_the_system_nodes_of_the_stack() -> None:
                                             "tolerations": toleration}
 
 
+def test_controller_resources_are_each_charts_own_keys_over_its_defaults() -> None:
+    config = _with_system_pods("staging", {"node_selector": {"trainyard.dev/pool": "system"}, "resources": {
+        "kueue": {"requests": {"cpu": "100m"}}, "jobset": {"requests": {"cpu": "100m"}, "limits": {"memory": "1Gi"}},
+        "trainer": {"requests": {"cpu": "50m", "memory": "128Mi"}}, "kserve": {"limits": {"cpu": "1"}},
+        "seaweedfs": {"requests": {"cpu": "100m", "memory": "256Mi"}}, "cnpg": {"requests": {"cpu": "100m"}},
+        "cert-manager": {"requests": {"cpu": "10m"}}}})
+    assert placement.chart_values(config, "kueue")["controllerManager"]["manager"]["resources"] == {
+        "requests": {"cpu": "100m"}}  # the chart's limits (2 CPU, 512Mi) and memory request stay: Helm merges
+    assert placement.chart_values(config, "jobset")["controller"]["resources"] == {
+        "requests": {"cpu": "100m"}, "limits": {"memory": "1Gi"}}
+    assert placement.chart_values(config, "trainer")["manager"]["resources"] == {
+        "requests": {"cpu": "50m", "memory": "128Mi"}}
+    assert placement.chart_values(config, "kserve")["kserve"]["controller"]["resources"] == {"limits": {"cpu": "1"}}
+    assert placement.chart_values(config, "seaweedfs")["allInOne"]["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"}}  # a map, not YAML text: the chart renders it with toYaml
+    assert placement.chart_values(config, "cnpg")["resources"] == {"requests": {"cpu": "100m"}}
+    manager = placement.chart_values(config, "cert-manager")
+    assert manager["resources"] == manager["webhook"]["resources"] == manager["cainjector"]["resources"] == {
+        "requests": {"cpu": "10m"}}
+    # merged into what Trainyard sets on the chart already (the image, the node selector)
+    values = _release_values(config)
+    assert values["kueue"]["controllerManager"]["manager"]["resources"] == {"requests": {"cpu": "100m"}}
+    assert values["kueue"]["controllerManager"]["nodeSelector"] == {"trainyard.dev/pool": "system"}
+
+
+def test_a_controller_request_above_its_limit_or_an_unknown_chart_names_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"system_pods\.resources\.kueue\.requests\.cpu.*2 is above limits\.cpu 500m"):
+        _with_system_pods("local", {"resources": {"kueue": {"requests": {"cpu": "2"}, "limits": {"cpu": "500m"}}}})
+    with pytest.raises(ConfigError, match=r"system_pods\.resources\.mlflow"):
+        _with_system_pods("local", {"resources": {"mlflow": {"requests": {"cpu": "1"}}}})
+    with pytest.raises(ConfigError, match=r"system_pods\.resources\.kueue\.requests\.gpu"):
+        _with_system_pods("local", {"resources": {"kueue": {"requests": {"gpu": "1"}}}})
+
+
 def test_a_toleration_without_a_value_tolerates_any_value() -> None:
     config = _with_system_pods("local", {"tolerations": [{"key": "system-only", "effect": "NoExecute"}]})
     assert placement.tolerations(config) == [{"key": "system-only", "operator": "Exists", "effect": "NoExecute"}]
@@ -49,8 +83,10 @@ def test_a_toleration_without_a_value_tolerates_any_value() -> None:
 
 
 def test_a_stack_without_system_pods_renders_its_charts_as_before() -> None:
-    config = open_stack("local").config
+    platform = read_platform(open_stack("local").path)
+    config = validate_platform({key: value for key, value in platform.items() if key != "system_pods"}, "local")
     assert not config.system_pods.node_selector and not config.system_pods.tolerations
+    assert not config.system_pods.resources
     for release in installs.releases(config):
         assert placement.chart_values(config, release.component) == {}
         assert placement.placed(config, release.component, {"a": 1}) == {"a": 1}
@@ -84,7 +120,8 @@ def test_with_real_nodes_the_rehearsal_installs_the_charts_of_the_controllers_it
 def test_without_real_nodes_every_chart_controller_stays_external() -> None:
     platform = rehearsal_platform(read_platform(open_stack("local").path))
     assert platform["rehearsal"]["external_controllers"] == EXTERNAL
-    assert "system_pods" not in platform
+    # no placement without real nodes (nothing of the controllers runs in the cluster); the stack's own resources stay
+    assert platform.get("system_pods", {}).keys() <= {"resources"}
 
 
 def test_only_chart_controllers_can_run_in_the_cluster(tmp_path: Path) -> None:

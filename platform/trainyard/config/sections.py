@@ -44,6 +44,7 @@ from trainyard.config.node_pools import CpuPool, NodePool, Taint
 from trainyard.config.object_store import ObjectStore
 from trainyard.config.security import Security
 from trainyard.config.serving import Serving
+from trainyard.quantity import parse_quantity
 
 
 class ClusterAccess(Model):
@@ -420,6 +421,24 @@ class Lifecycle(Model):
     )
 
 
+class ContainerResources(Model):
+    """CPU and memory of a controller's container, over its chart's defaults: a figure given here replaces the chart's
+    figure of the same name; every other figure stays the chart's (Helm merges values key by key)."""
+
+    requests: dict[Literal["cpu", "memory"], Quantity] = Field(
+        default_factory=dict, description="What the scheduler reserves on the system node (cpu, memory).")
+    limits: dict[Literal["cpu", "memory"], Quantity] = Field(
+        default_factory=dict, description="The most the container may use (cpu, memory).")
+
+    @model_validator(mode="after")
+    def _request_within_limit(self) -> ContainerResources:
+        for name, request in self.requests.items():
+            limit = self.limits.get(name)
+            if limit is not None and parse_quantity(request) > parse_quantity(limit):
+                raise FieldError(("requests", name), f"{request} is above limits.{name} {limit}")
+        return self
+
+
 class SystemPods(Model):
     """Where the platform's own controllers run (Kueue, JobSet, Trainer, cert-manager, KServe): a site's system
     node pool, away from the GPU nodes that tenants' quotas count. Unset: wherever the scheduler puts them.
@@ -433,6 +452,12 @@ class SystemPods(Model):
         default_factory=dict, description="Node labels the controller pods require (their nodeSelector).")
     tolerations: tuple[Taint, ...] = Field(
         default=(), max_length=8, description="Taints of the system nodes the controller pods tolerate.")
+    resources: dict[Literal["kueue", "jobset", "trainer", "cert-manager", "kserve", "cnpg", "seaweedfs"],
+                    ContainerResources] = Field(
+        default_factory=dict,
+        description="Requests and limits of a chart's controller container, by chart (cert-manager: its controller, "
+        "webhook and cainjector alike), over the chart's defaults; a small system pool, or a node that also runs "
+        "jobs, lowers them. A request above the chart's own limit needs the limit given too.")
 
 
 class Rehearsal(Model):

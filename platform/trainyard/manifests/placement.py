@@ -1,4 +1,4 @@
-"""Where the platform's controller pods run: ``system_pods`` as each chart's own values.
+"""Where the platform's controller pods run, and what they reserve there: ``system_pods`` as each chart's own values.
 
 Each chart names a pod's ``nodeSelector`` and ``tolerations`` under its own keys; this table says which
 keys, so that one stack setting places every controller. Only the charts listed here are placed; a chart
@@ -40,6 +40,20 @@ SELECTOR_PATHS: dict[str, tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, ..
     "cnpg": ((("nodeSelector",),), (("tolerations",),)),
     "seaweedfs": ((("allInOne", "nodeSelector"),), (("allInOne", "tolerations"),)),
 }
+# chart component -> paths whose value is its controller containers' resources (``system_pods.resources``):
+# kueue ``controllerManager.manager.resources`` (templates/manager/manager.yaml), jobset ``controller.resources``,
+# kubeflow-trainer ``manager.resources``, cert-manager ``resources``/``webhook.resources``/``cainjector.resources``,
+# kserve-resources ``kserve.controller.resources`` (files/kserve/deployment-patch.yaml), cloudnative-pg ``resources``,
+# seaweedfs ``allInOne.resources`` (a map here: the all-in-one Deployment renders it with toYaml, not tpl).
+RESOURCE_PATHS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "kueue": (("controllerManager", "manager", "resources"),),
+    "jobset": (("controller", "resources"),),
+    "trainer": (("manager", "resources"),),
+    "cert-manager": (("resources",), ("webhook", "resources"), ("cainjector", "resources")),
+    "kserve": (("kserve", "controller", "resources"),),
+    "cnpg": (("resources",),),
+    "seaweedfs": (("allInOne", "resources"),),
+}
 # Charts that take these values as a string and render it with `tpl`: the value is YAML text.
 TEMPLATED = frozenset({"seaweedfs"})
 
@@ -74,6 +88,12 @@ def chart_values(config: PlatformConfig, component: str) -> dict[str, Any]:
     if config.system_pods.tolerations:
         for path in toleration_paths:
             _put(values, path, written(tolerations(config)))
+    resources = next((r for name, r in config.system_pods.resources.items() if name == component), None)
+    if resources is not None:
+        figures = {kind: {name: str(value) for name, value in sorted(getattr(resources, kind).items())}
+                   for kind in ("requests", "limits") if getattr(resources, kind)}
+        for path in RESOURCE_PATHS[component]:
+            _put(values, path, figures)
     return values
 
 
