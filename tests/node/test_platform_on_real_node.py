@@ -27,7 +27,8 @@ their digests; then the real engine deploys the local stack with those three con
 - a second `pulumi up` changes nothing, and leaves the injected CA bundles alone;
 - `trainyard cluster lab-images`: the lab's CPU image and Trainer's initializers pushed and locked; Trainer's
   own dataset initializer, by the locked digest, fetches a tenant's dataset from SeaweedFS in the cluster with the
-  tenant's credentials, as the runtimes give them, through the stack's NetworkPolicies;
+  tenant's credentials, as the runtimes give them, through the stack's NetworkPolicies; the next `pulumi up` pins the
+  two runtimes that name those images to the pushed digests and changes nothing else;
 - a controller pod that is killed is replaced and the platform admits the next job; a killed containerd is
   restarted and the node's pods keep running.
 
@@ -587,6 +588,31 @@ def test_trainers_dataset_initializer_fetches_a_tenants_dataset_from_the_in_clus
     seen = json.loads(listed.strip().splitlines()[-1])
     print(f"{namespace}: s3://{bucket}/lab-dataset/ -> /workspace/dataset: {json.dumps(seen)}")
     assert seen == written, (seen, written)
+
+
+def test_a_deploy_after_lab_images_pins_the_runtimes_to_the_pushed_digests(live: Rehearsal) -> None:
+    """The runtimes name their images by tag; the lock supplies the digest. After `lab-images` locked the lab's
+    images, the next `pulumi up` renders the approved runtimes with those digests (and changes nothing else)."""
+    assert live.in_cluster is not None
+    lock = load_lock(live.in_cluster.lock_file)
+    start = time.monotonic()
+    run = live.deploy()
+    TIMINGS["pulumi up after lab-images (the runtimes re-pinned)"] = time.monotonic() - start
+    assert run.returncode == 0, run.output[-4000:]
+    print("\n".join(line for line in run.output.splitlines() if "updated" in line or "unchanged" in line))
+    pinned = {}
+    for runtime in ("lora-peft", "lora-finetune"):
+        found = live.kube.get("clustertrainingruntimes.trainer.kubeflow.org", runtime)
+        for job in found["spec"]["template"]["spec"]["replicatedJobs"]:
+            for container in job["template"]["spec"]["template"]["spec"]["containers"]:
+                pinned[f"{runtime}/{container['name']}"] = container["image"]
+    print(json.dumps(pinned, indent=1))
+    for name, tagged in (("dataset-initializer", "registry.trainyard.internal/kubeflow/trainer/dataset-initializer:v2.3.0"),
+                         ("model-initializer", "registry.trainyard.internal/kubeflow/trainer/model-initializer:v2.3.0")):
+        assert pinned[f"lora-peft/{name}"] == f"{tagged}@{lock.entries[tagged].digest}", pinned
+        assert pinned[f"lora-finetune/{name}"] == pinned[f"lora-peft/{name}"], pinned
+    lab = "registry.trainyard.internal/trainyard/lora-peft:0.1.0"
+    assert pinned["lora-peft/node"] == f"{lab}@{lock.entries[lab].digest}", pinned
 
 
 def test_a_killed_controller_pod_is_replaced_and_jobs_still_run(live: Rehearsal) -> None:
