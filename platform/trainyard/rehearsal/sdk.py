@@ -36,7 +36,7 @@ from trainyard.manifests.meta import PRIORITY_CLASS_LABEL
 from trainyard.rehearsal.kwok import NEVER_READY_ANNOTATION, RUN_FOR_ANNOTATION
 from trainyard.rehearsal.scenario import Job
 from trainyard.rehearsal.settings import ClusterError
-from trainyard.rehearsal.trainjobs import input_pins
+from trainyard.rehearsal.trainjobs import input_pins, job_pool
 
 SDK_VERSION = "0.5.0"
 SDK_LOGGERS = ("kubeflow",)
@@ -139,9 +139,7 @@ class TenantSdk:
         from kubeflow.trainer.types import types as sdk
 
         runtime = self.client.get_runtime(job.runtime)
-        pool = next((p for p in config.pools if p.name == job.flavor), None) if job.flavor else None
-        if job.flavor and pool is None:
-            raise ClusterError(f"job {job.name}: flavor {job.flavor!r} is not a pool of the stack")
+        pool = job_pool(config, job)
         annotations = {RUN_FOR_ANNOTATION: job.run_for}
         if job.never_ready:
             annotations[NEVER_READY_ANNOTATION] = "true"

@@ -143,13 +143,12 @@ class Rehearsal:
         image and Trainer's dataset and model initializers (``factory.ON_REQUEST``: ~1.2 GB, so not part of ``up``),
         built or taken from the factory's cache, pushed to the loopback mirror and locked in the rehearsal's lock, so
         the next ``deploy`` renders the runtimes with their digests. Yields one line per thing done."""
+        from trainyard.rehearsal.images import ImageError
         from trainyard.rehearsal.mirror import push_images
 
         if self.in_cluster is None:
             raise ClusterError("the lab's images run on a real node: start the cluster with `trainyard cluster up "
                                f"{self.stack.name} --real-nodes` first")
-        from trainyard.rehearsal.images import ImageError
-
         try:
             yield from push_images(self.stack, self.config, self.in_cluster, self.settings.tools_dir,
                                    (factory.LAB, factory.INITIALIZERS))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainyard import catalog
-from trainyard.config.model import PlatformConfig
+from trainyard.config.model import NodePool, PlatformConfig
 from trainyard.manifests.meta import DEFAULT_LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, TENANT_LABEL
 from trainyard.rehearsal.kube import Manifest
 from trainyard.rehearsal.kwok import NEVER_READY_ANNOTATION, RUN_FOR_ANNOTATION
@@ -30,15 +30,24 @@ def input_pins(config: PlatformConfig, job: Job) -> dict[str, str]:
         raise ClusterError(f"job {job.name}: {e}") from None
 
 
+def job_pool(config: PlatformConfig, job: Job) -> NodePool | None:
+    """The pool a scenario job pins itself to (``flavor``), None where it names none; a ClusterError if the stack has
+    no such pool."""
+    if not job.flavor:
+        return None
+    pool = next((p for p in config.pools if p.name == job.flavor), None)
+    if pool is None:
+        raise ClusterError(f"job {job.name}: flavor {job.flavor!r} is not a pool of the stack")
+    return pool
+
+
 def trainjob_for(config: PlatformConfig, job: Job) -> Manifest:
     """A tenant's TrainJob as the rehearsal submits it: through the tenant's LocalQueue, resources per node,
     and the rehearsal's pod settings (kwok run time, never-ready, flavor pinning) as a runtime patch."""
     tenant = next((t for t in config.tenants if t.name == job.tenant), None)
     if tenant is None:
         raise ClusterError(f"job {job.name}: tenant {job.tenant!r} is not in the stack")
-    pool = next((p for p in config.pools if p.name == job.flavor), None) if job.flavor else None
-    if job.flavor and pool is None:
-        raise ClusterError(f"job {job.name}: flavor {job.flavor!r} is not a pool of the stack")
+    pool = job_pool(config, job)
     labels = {QUEUE_NAME_LABEL: DEFAULT_LOCAL_QUEUE, TENANT_LABEL: tenant.name}
     if job.priority:
         labels[PRIORITY_CLASS_LABEL] = job.priority
