@@ -33,6 +33,7 @@ from trainyard.manifests import render_platform
 from trainyard.manifests.generated import names_in
 from trainyard.manifests.lifecycle import DATA_HOLDING_KINDS
 from trainyard.manifests.meta import Manifest
+from trainyard.manifests.rehearsal import fake_nodes
 from trainyard.rehearsal.apply import remove_applied, server_side_apply
 from trainyard.rehearsal.kube import Kube
 
@@ -472,7 +473,11 @@ def test_up_after_the_cluster_was_recreated(engine: Engine, deployed: Run, rende
     live = live_objects(engine.cluster, list(rendered_objects))
     assert sorted(set(rendered_objects) - set(live)) == []
     nodes = {n["metadata"]["name"] for n in engine.cluster.get_json("nodes")["items"]}
-    assert nodes == {"fake-a100-0", "fake-a100-1", "fake-a100-2", "fake-a100-3", "fake-l4-0", "fake-l4-1"}
+    # Every pool's fake nodes (GPU and CPU pools alike), as the rehearsal starts them; no real node in this tier.
+    stack_config = load_stack(ROOT / "stacks" / f"Pulumi.{STACK}.yaml").config
+    expected = {n["metadata"]["name"] for n in fake_nodes(stack_config, every_pool=True)}
+    assert {"fake-a100-0", "fake-l4-0", "cpu-0"} <= expected
+    assert nodes == expected
     again = engine.run("up", "--yes", "--skip-preview", "--expect-no-changes")
     assert again.returncode == 0, again.explain()
     assert "--refresh" not in again.stderr
