@@ -171,14 +171,18 @@ class ControlPlane:
         for name in reversed(CONTROL_PLANE):
             self.processes.stop(name)
 
-    def apply_storage_class(self) -> None:
-        """The default StorageClass of the rehearsal: kube-controller-manager's hostPath provisioner."""
-        self.kube().apply([{
-            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-            "metadata": {"name": REHEARSAL_STORAGE_CLASS,
-                         "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
-            "provisioner": "kubernetes.io/host-path", "reclaimPolicy": "Delete",
-            "volumeBindingMode": "Immediate"}], field_manager="trainyard-cluster")
+    def apply_storage_class(self, real_nodes: bool = False) -> None:
+        """The default StorageClass of the rehearsal: kube-controller-manager's hostPath provisioner, or with real nodes
+        the rehearsal's local provisioner (``local_provisioner.py`` says why). A class's provisioner cannot change, so
+        a class of the other kind (the cluster was up the other way before) is replaced; its volumes are not touched."""
+        from trainyard.rehearsal.local_provisioner import storage_class
+
+        kube = self.kube()
+        wanted = storage_class(REHEARSAL_STORAGE_CLASS, real_nodes)
+        if kube.exists("storageclass", REHEARSAL_STORAGE_CLASS) and \
+                kube.get("storageclass", REHEARSAL_STORAGE_CLASS).get("provisioner") != wanted["provisioner"]:
+            kube.delete("storageclass", REHEARSAL_STORAGE_CLASS, wait=True)
+        kube.apply([wanted], field_manager="trainyard-cluster")
 
     def apply_nodes(self, nodes: list[Manifest]) -> None:
         apply_nodes(self.kube(), nodes)

@@ -119,11 +119,12 @@ class Rehearsal:
         if self.in_cluster is not None:
             self._cert_standin_up()
             self._real_node_up()
+            self._local_provisioner_up()
         self.kwok.up()
         self.controllers.up()
         served = real_node_pool(self.config) if self.in_cluster is not None else None
         nodes = fake_nodes(self.config, every_pool=True, real={served: 1} if served else None)
-        self.control_plane.apply_storage_class()
+        self.control_plane.apply_storage_class(real_nodes=self.in_cluster is not None)
         self.control_plane.apply_nodes(nodes)
         self._wait_nodes_ready([n["metadata"]["name"] for n in nodes])
         print(f"==> rehearsal cluster up in {time.monotonic() - start:.0f}s: {self.control_plane.server}, "
@@ -196,6 +197,20 @@ class Rehearsal:
         time.sleep(0.5)
         if not processes.running(cert_standin.PROCESS):
             raise ClusterError(f"the cert-manager stand-in exited:\n{processes.log_tail(cert_standin.PROCESS)}")
+
+    def _local_provisioner_up(self) -> None:
+        """The volumes of claims of the default class, on the real node (``local_provisioner.py``): with the node."""
+        from trainyard.rehearsal import local_provisioner
+
+        pki = self.control_plane.pki
+        pki.issue_client(local_provisioner.CLIENT_CERT, local_provisioner.USER, ("system:masters",))
+        processes = Processes(self.settings)
+        root = self.settings.state_dir / "volumes" / "dynamic"
+        processes.start(local_provisioner.PROCESS, local_provisioner.command(
+            sys.executable, self.control_plane.server, self.settings.pki, root, REAL_NODE))
+        time.sleep(0.5)
+        if not processes.running(local_provisioner.PROCESS):
+            raise ClusterError(f"the local volume provisioner exited:\n{processes.log_tail(local_provisioner.PROCESS)}")
 
     def _claim_cluster(self) -> None:
         """One stack per rehearsal cluster: its queues, nodes and tenants would mix with another's."""
@@ -674,11 +689,12 @@ class Rehearsal:
 def stop_everything(settings: Settings) -> None:
     """Stop every process of the cluster by its pid file (the order matters only for the webhooks, removed before)."""
     from trainyard.rehearsal.cert_standin import PROCESS as CERT_STANDIN
+    from trainyard.rehearsal.local_provisioner import PROCESS as LOCAL_PROVISIONER
     from trainyard.rehearsal.node import stop_real_nodes
 
     # Real nodes first, while the API server still answers (their pods are deleted through it): nothing of
     # them may be left mounted under the state directory that --purge deletes next.
     stop_real_nodes(settings)
     processes = Processes(settings)
-    for name in ("kueue", "trainer", "jobset", "kwok", CERT_STANDIN, *reversed(CONTROL_PLANE)):
+    for name in ("kueue", "trainer", "jobset", "kwok", CERT_STANDIN, LOCAL_PROVISIONER, *reversed(CONTROL_PLANE)):
         processes.stop(name)
