@@ -3,20 +3,46 @@ afterwards, and waiting until it answers a real request (tests/seaweedfs.py, tes
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+# Ports this process reserved (lock file descriptors kept open until it exits): see ``free_port``.
+RESERVATIONS = Path(os.environ.get("TRAINYARD_PORT_RESERVATIONS", "/tmp/trainyard-ports"))
+_HELD: dict[int, int] = {}
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+
+def free_port(exclude: Collection[int] = ()) -> int:
+    """A loopback port that is free now and that no other test process on this machine is given until this one exits.
+
+    "Free now" alone is a race between test processes that run at once (CI runs two cluster-tier workers, the node
+    tier and the data-plane tiers side by side): each asks the kernel for a free port, closes it and starts a server
+    on it later, so two of them could pick the same port in between, and one cluster failed to start ("port ... is in
+    use by another process"). So each port handed out is also reserved: an exclusive ``flock`` on
+    ``$TRAINYARD_PORT_RESERVATIONS/<port>`` (default ``/tmp/trainyard-ports``), held by this process until it exits
+    (the kernel drops the lock with the process, so a killed test leaves no stale reservation)."""
+    RESERVATIONS.mkdir(parents=True, exist_ok=True)
+    for _ in range(1000):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port in exclude or port in _HELD:
+            continue
+        fd = os.open(RESERVATIONS / str(port), os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another test process holds it
+            os.close(fd)
+            continue
+        _HELD[port] = fd
+        return port
+    raise RuntimeError(f"no free loopback port that is not reserved in {RESERVATIONS} after 1000 tries")
 
 
 def tool_binary(setting: str, name: str) -> Path | None:

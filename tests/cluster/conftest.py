@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import CRDS_DIR, ROOT
+from tests.loopback import free_port
 from trainyard.manifests import policy_params as policy_params_api
 from trainyard.manifests.meta import Manifest
 from trainyard.manifests.rehearsal import fake_nodes
@@ -57,20 +57,11 @@ def tools_problem(*tools: str) -> str | None:
 
 
 def free_ports(count: int) -> list[int]:
-    """Loopback ports that are free now and are not the rehearsal's defaults."""
+    """Loopback ports that are free now, reserved for this test process (``tests.loopback.free_port``), and are not
+    the rehearsal's defaults."""
     ports: list[int] = []
-    sockets = []
-    try:
-        while len(ports) < count:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-            port = sock.getsockname()[1]
-            if port not in DEFAULT_PORTS:
-                ports.append(port)
-    finally:
-        for sock in sockets:
-            sock.close()
+    while len(ports) < count:
+        ports.append(free_port(exclude={*DEFAULT_PORTS, *ports}))
     return ports
 
 

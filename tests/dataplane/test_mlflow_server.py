@@ -28,7 +28,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import string
 import subprocess
 import tempfile
@@ -41,6 +40,7 @@ from typing import Any
 
 import pytest
 
+from tests import loopback
 from tests.conftest import rendered, stack
 from tests.seaweedfs import until_ready, weed_binary, weed_mini
 from trainyard import catalog
@@ -64,9 +64,7 @@ def log(line: str) -> None:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return loopback.free_port()
 
 
 def _wait_http(url: str, what: str, proc: subprocess.Popen[bytes], output: Path, seconds: float = 180) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import loopback
 from trainyard import catalog
 
 TOOLS = Path(os.environ.get("TRAINYARD_TOOLS_DIR") or Path.home() / ".cache" / "trainyard" / "tools")
@@ -43,9 +43,7 @@ def needs_serving_env() -> None:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return loopback.free_port()
 
 
 def wait_http(url: str, what: str, seconds: float = 120) -> None:
