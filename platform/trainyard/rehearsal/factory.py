@@ -6,7 +6,8 @@ provisioner (``provisioner_image.py``, on the factory's Python base, ``python_ba
 ones a list of chart components needs, and on request (``LAB``, not a chart's) the lab's CPU stand-in for the
 ``lora-peft`` runtime's image (``lab_image.py``: Debian's CPU PyTorch, ~1 GB, so never built unasked) and the
 barman-cloud CNPG-I plugin's two images (``barman_cloud_image.py``: the site installs that plugin; no chart) and
-Trainer's dataset and model initializer images (``initializer_image.py``: what the lab's runtimes run first). ``STAND_INS``
+Trainer's dataset and model initializer images (``initializer_image.py``: what the lab's runtimes run first) and MLflow's
+tracking server (``mlflow_image.py``: mlflow[auth] on the Python base, several hundred MB of wheels). ``STAND_INS``
 gathers what the factory builds in place of the version a name says. The controller images are each laid out as its
 upstream Dockerfile lays it out, on a base of distroless ``static:nonroot``'s files (``rehearsal/base_layer.py``):
 
@@ -72,6 +73,7 @@ from trainyard.rehearsal import (
     barman_cloud_image,
     initializer_image,
     lab_image,
+    mlflow_image,
     postgres_image,
     provisioner_image,
     seaweedfs_image,
@@ -147,7 +149,10 @@ BARMAN_CLOUD = barman_cloud_image.COMPONENT
 # Built only when asked for: Trainer's dataset and model initializer images, which the lab's runtimes run before
 # the trainer (Python programs of Trainer's module on the factory's Python base; initializer_image.py).
 INITIALIZERS = initializer_image.COMPONENT
-ON_REQUEST = (LAB, BARMAN_CLOUD, INITIALIZERS)
+# Built only when asked for: the MLflow chart's server image (its wheels are large; the chart stays external until
+# the rehearsal installs it).
+MLFLOW = mlflow_image.COMPONENT
+ON_REQUEST = (LAB, BARMAN_CLOUD, INITIALIZERS, MLFLOW)
 # What the factory builds in place of what a name says, and why (each module's record; docs/architecture.md).
 STAND_INS: dict[str, dict[str, object]] = {SEAWEEDFS: dict(seaweedfs_image.STAND_INS), LAB: dict(lab_image.STAND_INS),
                                            BARMAN_CLOUD: dict(barman_cloud_image.STAND_INS)}
@@ -232,7 +237,7 @@ def build_images(config: PlatformConfig, tools_dir: Path, cache: Path | None = N
     where the stack declares MLflow's database, the PostgreSQL operand (``postgres_image.py``); for ``lora-peft`` the
     lab's CPU image of that runtime (``lab_image.py``; ``project``: where runtimes/ is, default the project root); for
     ``barman-cloud`` the plugin's and its sidecar's (``barman_cloud_image.py``); for ``trainer-initializers`` Trainer's
-    dataset and model initializers (``initializer_image.py``)."""
+    dataset and model initializers (``initializer_image.py``); for ``mlflow`` the chart's server (``mlflow_image.py``)."""
     wanted = list(components)
     unknown = sorted(set(wanted) - {*COMPONENTS, *ON_REQUEST})
     if unknown:
@@ -252,6 +257,8 @@ def build_images(config: PlatformConfig, tools_dir: Path, cache: Path | None = N
         out.extend(barman_cloud_image.build(config, tools_dir, directory))
     if INITIALIZERS in wanted:
         out.extend(initializer_image.build(config, directory, project or project_root(), root))
+    if MLFLOW in wanted:
+        out.append(mlflow_image.build(config, directory, root))
     return out
 
 
