@@ -14,9 +14,10 @@ provisioner does (the protocol kubernetes-csi/external-provisioner and sig-stora
 - **provisioning**: the PV controller marks a claim of a class whose provisioner is not in-tree with
   ``volume.kubernetes.io/storage-provisioner: <provisioner>`` (and the beta annotation) and waits (kubernetes v1.36.3
   ``pkg/controller/volume/persistentvolume/pv_controller.go``, ``provisionClaimOperationExternal`` ->
-  ``pv_controller_base.go`` ``setClaimProvisioner``; event ``ExternalProvisioning``). For each such claim of ours, still Pending and unbound, this makes a directory under
-  ``$TRAINYARD_STATE_DIR/volumes/dynamic/`` and a PersistentVolume ``pvc-<claim uid>`` (the name external provisioners
-  give) of the claim's class, size, access modes and volume mode, the class's reclaim policy, pre-bound to the claim
+  ``pv_controller_base.go`` ``setClaimProvisioner``; event ``ExternalProvisioning``). For each such claim of ours,
+  still Pending and unbound, this makes a directory under ``$TRAINYARD_STATE_DIR/volumes/dynamic/`` and a
+  PersistentVolume ``pvc-<claim uid>`` (the name external provisioners give) of the claim's class, size, access modes
+  and volume mode, the class's reclaim policy, pre-bound to the claim
   (``claimRef`` with its uid), annotated ``pv.kubernetes.io/provisioned-by: <provisioner>``; the PV controller then
   binds the two. The volume is ``local`` with the required ``nodeAffinity`` on the node, as ``volumes.py`` makes the
   object store's, so the kubelet applies the pod's ``fsGroup`` at the first mount (``pkg/volume/local/local.go``
