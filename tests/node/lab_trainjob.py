@@ -31,6 +31,7 @@ HELPER = ROOT / "tests" / "lab" / "lab_helper.py"
 
 # In a pod of the lab image: the tiny Llama (lab helper) uploaded as a model directory, the dataset as one object.
 PUT_INPUTS = """import hashlib, importlib.util, json, sys, boto3
+from pathlib import Path
 spec = importlib.util.spec_from_file_location("lab_helper", "/lab/lab_helper.py")
 helper = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(helper)
