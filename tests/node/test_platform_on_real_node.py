@@ -29,6 +29,10 @@ their digests; then the real engine deploys the local stack with those three con
   own dataset initializer, by the locked digest, fetches a tenant's dataset from SeaweedFS in the cluster with the
   tenant's credentials, as the runtimes give them, through the stack's NetworkPolicies; the next `pulumi up` pins the
   two runtimes that name those images to the pushed digests and changes nothing else;
+- the lab as a TrainJob (issue #22 item 5): inputs uploaded with a tenant's keys and approved in the lineage, a
+  ``lora-peft`` job through its queue on the ``cpu`` flavor, its initializers filling a claim the rehearsal's local
+  provisioner made, checkpoints in the tenant's bucket; interrupted after step 4 and resumed by the Job's next pod
+  while Kueue's pod and containerd are killed, to the uninterrupted run's adapter byte for byte;
 - a controller pod that is killed is replaced and the platform admits the next job; a killed containerd is
   restarted and the node's pods keep running.
 
