@@ -46,21 +46,20 @@ every rehearsal process); it looks every ``--interval`` seconds (2), and SIGTERM
 
 from __future__ import annotations
 
-import argparse
 import base64
 import datetime
 import hashlib
 import json
 import re
-import signal
 import sys
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.config.model import PlatformConfig
+from trainyard.rehearsal import api_loop
 from trainyard.rehearsal.api_client import ApiClient, ApiError, Obj
+from trainyard.rehearsal.api_loop import missing_pki, run_passes, stop_on_signals
 from trainyard.rehearsal.standin_issuer import Issued, IssueError, StandinCa, request_of, spec_problems
 
 PROCESS = "cert-standin"  # its pid file and log, beside the control plane's
@@ -372,16 +371,7 @@ class CertStandin:
         return [f"{shown}: CA of Certificate {source} injected"]
 
     def run(self, interval: float, stop: Callable[[], bool]) -> None:
-        while not stop():
-            try:
-                for line in self.pass_once():
-                    self.log(line)
-            except (ApiError, IssueError, ValueError, KeyError) as error:
-                self.log(f"pass failed, next in {interval:g}s: {error}")
-            deadline = time.monotonic() + interval
-            while not stop() and time.monotonic() < deadline:
-                time.sleep(0.2)
-
+        run_passes(self.pass_once, interval, stop, self.log, (ApiError, IssueError, ValueError, KeyError))
 
 # ---------------------------------------------------------------- the process
 
@@ -393,20 +383,15 @@ def command(python: str, server: str, pki: Path, interval: float = 2) -> list[st
 
 def client(server: str, pki: Path) -> ApiClient:
     """The stand-in's client: its own certificate, the cluster's CA, a loopback server only."""
-    return ApiClient(server, pki / "ca.crt", pki / f"{CLIENT_CERT}.crt", pki / f"{CLIENT_CERT}.key",
-                     user_agent=FIELD_MANAGER)
+    return api_loop.client(server, pki, CLIENT_CERT, FIELD_MANAGER)
 
 
 def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     del env
-    parser = argparse.ArgumentParser(prog="python -m trainyard.rehearsal.cert_standin",
-                                     description="The rehearsal's stand-in for cert-manager (rehearsal clusters only).")
-    parser.add_argument("--server", required=True, help="the rehearsal's API server, https://127.0.0.1:PORT")
-    parser.add_argument("--pki", required=True, type=Path, help="the rehearsal cluster's pki/ directory")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between two passes")
-    parser.add_argument("--once", action="store_true", help="one pass, then exit")
+    parser = api_loop.arguments("cert_standin", "The rehearsal's stand-in for cert-manager (rehearsal clusters only).",
+                                interval=2.0)
     args = parser.parse_args(argv)
-    missing = [str(args.pki / f) for f in ("ca.crt", f"{CLIENT_CERT}.crt", f"{CLIENT_CERT}.key") if not (args.pki / f).exists()]
+    missing = missing_pki(args.pki, CLIENT_CERT)
     if missing:
         print(f"cert-standin: not a rehearsal cluster's pki directory (missing {', '.join(missing)}): the stand-in "
               "runs only with the cluster `trainyard cluster up --real-nodes` starts", file=sys.stderr)
@@ -417,19 +402,13 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     except (ValueError, IssueError) as error:
         print(f"cert-standin: {error}", file=sys.stderr)
         return 2
-    stopping = [False]
-
-    def stop(*_: object) -> None:
-        stopping[0] = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopped = stop_on_signals()
     print(f"cert-standin: {args.server}, field manager {FIELD_MANAGER}, CA {standin.ca.cert}", flush=True)
     if args.once:
         for line in standin.pass_once():
             print(line, flush=True)
         return 0
-    standin.run(args.interval, lambda: stopping[0])
+    standin.run(args.interval, stopped)
     return 0
 
 

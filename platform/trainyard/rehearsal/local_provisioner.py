@@ -42,16 +42,15 @@ and SIGTERM stops it.
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import signal
 import sys
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from trainyard.rehearsal import api_loop
 from trainyard.rehearsal.api_client import ApiClient, ApiError, Obj
+from trainyard.rehearsal.api_loop import missing_pki, run_passes, stop_on_signals
 
 PROVISIONER = "trainyard.dev/rehearsal-local"
 PROCESS = "local-provisioner"  # its pid file and log, beside the control plane's
@@ -164,16 +163,7 @@ class LocalProvisioner:
         return [f"volume {name}: released by {claim.get('namespace')}/{claim.get('name')}, deleted with {path}"]
 
     def run(self, interval: float, stop: Callable[[], bool]) -> None:
-        while not stop():
-            try:
-                for line in self.pass_once():
-                    self.log(line)
-            except (ApiError, OSError, KeyError) as error:
-                self.log(f"pass failed, next in {interval:g}s: {error}")
-            deadline = time.monotonic() + interval
-            while not stop() and time.monotonic() < deadline:
-                time.sleep(0.2)
-
+        run_passes(self.pass_once, interval, stop, self.log, (ApiError, OSError, KeyError))
 
 def storage_class(name: str, real_nodes: bool) -> dict[str, Any]:
     """The rehearsal's default StorageClass: this provisioner with real nodes, kube-controller-manager's hostPath
@@ -194,22 +184,17 @@ def command(python: str, server: str, pki: Path, root: Path, node: str, interval
 
 def client(server: str, pki: Path) -> ApiClient:
     """The provisioner's client: its own certificate, the cluster's CA, a loopback server only."""
-    return ApiClient(server, pki / "ca.crt", pki / f"{CLIENT_CERT}.crt", pki / f"{CLIENT_CERT}.key",
-                     user_agent=PROCESS)
+    return api_loop.client(server, pki, CLIENT_CERT, PROCESS)
 
 
 def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     del env
-    parser = argparse.ArgumentParser(prog="python -m trainyard.rehearsal.local_provisioner",
-                                     description="The rehearsal's local volume provisioner (rehearsal clusters only).")
-    parser.add_argument("--server", required=True, help="the rehearsal's API server, https://127.0.0.1:PORT")
-    parser.add_argument("--pki", required=True, type=Path, help="the rehearsal cluster's pki/ directory")
+    parser = api_loop.arguments("local_provisioner", "The rehearsal's local volume provisioner (rehearsal clusters "
+                                "only).", interval=1.0)
     parser.add_argument("--root", required=True, type=Path, help="the directory the volumes are made in")
     parser.add_argument("--node", required=True, help="the real node the volumes are on")
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between two passes")
-    parser.add_argument("--once", action="store_true", help="one pass, then exit")
     args = parser.parse_args(argv)
-    missing = [str(args.pki / f) for f in ("ca.crt", f"{CLIENT_CERT}.crt", f"{CLIENT_CERT}.key") if not (args.pki / f).exists()]
+    missing = missing_pki(args.pki, CLIENT_CERT)
     if missing:
         print(f"local-provisioner: not a rehearsal cluster's pki directory (missing {', '.join(missing)}): it runs only "
               "with the cluster `trainyard cluster up --real-nodes` starts", file=sys.stderr)
@@ -220,22 +205,15 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     except ValueError as error:
         print(f"local-provisioner: {error}", file=sys.stderr)
         return 2
-    stopping = [False]
-
-    def stop(*_: object) -> None:
-        stopping[0] = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopped = stop_on_signals()
     print(f"local-provisioner: {args.server}, provisioner {PROVISIONER}, volumes in {provisioner.root} on {args.node}",
           flush=True)
     if args.once:
         for line in provisioner.pass_once():
             print(line, flush=True)
         return 0
-    provisioner.run(args.interval, lambda: stopping[0])
+    provisioner.run(args.interval, stopped)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
