@@ -131,10 +131,12 @@ def _status(settings: Settings) -> int:
     if real_node_names(settings):
         print(f"{FORWARDER}: {f'running (pid {processes.pid(FORWARDER)})' if processes.running(FORWARDER) else 'stopped'}")
     from trainyard.rehearsal.cert_standin import PROCESS as CERT_STANDIN
+    from trainyard.rehearsal.local_provisioner import PROCESS as LOCAL_PROVISIONER
 
-    if processes.pid(CERT_STANDIN) is not None:
-        running = processes.running(CERT_STANDIN)
-        print(f"{CERT_STANDIN}: {f'running (pid {processes.pid(CERT_STANDIN)})' if running else 'stopped'}")
+    for host_process in (CERT_STANDIN, LOCAL_PROVISIONER):
+        if processes.pid(host_process) is not None:
+            running = processes.running(host_process)
+            print(f"{host_process}: {f'running (pid {processes.pid(host_process)})' if running else 'stopped'}")
     if plane.api_ready():
         print(f"apiserver: ready at {plane.server}")
     else:
