@@ -474,7 +474,7 @@ def test_up_after_the_cluster_was_recreated(engine: Engine, deployed: Run, rende
     assert sorted(set(rendered_objects) - set(live)) == []
     nodes = {n["metadata"]["name"] for n in engine.cluster.get_json("nodes")["items"]}
     # Every pool's fake nodes (GPU and CPU pools alike), as the rehearsal starts them; no real node in this tier.
-    stack_config = load_stack(ROOT / "stacks" / f"Pulumi.{STACK}.yaml").config
+    stack_config = load_stack(ROOT / "stacks" / f"Pulumi.{STACK}.yaml")
     expected = {n["metadata"]["name"] for n in fake_nodes(stack_config, every_pool=True)}
     assert {"fake-a100-0", "fake-l4-0", "cpu-0"} <= expected
     assert nodes == expected
