@@ -12,8 +12,8 @@ from trainyard.rehearsal.api_loop import missing_pki, run_passes
 
 
 def test_passes_are_logged_a_retried_failure_is_tried_again_and_stop_ends_the_loop() -> None:
-    outcomes: list[list[str] | Exception] = [["volume pvc-1: made"], ApiError("GET", "/api/v1/persistentvolumeclaims", 0, "unreachable"),
-                              [], ["volume pvc-1: deleted"]]
+    unreachable = ApiError("GET", "/api/v1/persistentvolumeclaims", 0, "unreachable")
+    outcomes: list[list[str] | Exception] = [["volume pvc-1: made"], unreachable, [], ["volume pvc-1: deleted"]]
     logged: list[str] = []
 
     def pass_once() -> list[str]:
