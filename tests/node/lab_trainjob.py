@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import time
 from typing import Any
 
 from tests.conftest import ROOT
@@ -137,20 +136,6 @@ def follow_and_interrupt(kube: Kube, namespace: str, job: str, after: str, timeo
 def steps(lines: list[str]) -> list[str]:
     """The program's step lines (``[lora-peft] step N/M loss X``)."""
     return [line for line in lines if line.startswith("[lora-peft] step ")]
-
-
-def wait_complete(kube: Kube, namespace: str, job: str, timeout: float) -> dict[str, Any]:
-    def finished() -> dict[str, Any] | None:
-        found: dict[str, Any] = kube.get("trainjobs.trainer.kubeflow.org", job, namespace)
-        conditions = {c["type"]: c for c in found.get("status", {}).get("conditions", []) if c["status"] == "True"}
-        if "Failed" in conditions:
-            raise AssertionError(f"TrainJob {namespace}/{job} failed: {conditions['Failed']}")
-        return found if "Complete" in conditions else None
-
-    start = time.monotonic()
-    found: dict[str, Any] = wait_until(f"TrainJob {namespace}/{job} to complete", finished, timeout, interval=2)
-    found["seconds"] = time.monotonic() - start
-    return found
 
 
 def pod_log(kube: Kube, namespace: str, pod: str, container: str | None = None) -> list[str]:

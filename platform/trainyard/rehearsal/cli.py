@@ -20,7 +20,7 @@ from trainyard.rehearsal.kube import KubeError
 from trainyard.rehearsal.prerequisites import PrerequisiteError
 from trainyard.rehearsal.processes import Processes
 from trainyard.rehearsal.scenario import Job, ScenarioError, load_scenario, scenario_path
-from trainyard.rehearsal.session import Rehearsal, stop_everything
+from trainyard.rehearsal.session import Rehearsal, host_processes, stop_everything
 from trainyard.rehearsal.settings import ClusterError, Settings
 
 
@@ -130,10 +130,7 @@ def _status(settings: Settings) -> int:
             print(f"{name}: {f'running (pid {processes.pid(name)})' if processes.running(name) else 'stopped'}")
     if real_node_names(settings):
         print(f"{FORWARDER}: {f'running (pid {processes.pid(FORWARDER)})' if processes.running(FORWARDER) else 'stopped'}")
-    from trainyard.rehearsal.cert_standin import PROCESS as CERT_STANDIN
-    from trainyard.rehearsal.local_provisioner import PROCESS as LOCAL_PROVISIONER
-
-    for host_process in (CERT_STANDIN, LOCAL_PROVISIONER):
+    for host_process in host_processes():
         if processes.pid(host_process) is not None:
             running = processes.running(host_process)
             print(f"{host_process}: {f'running (pid {processes.pid(host_process)})' if running else 'stopped'}")

@@ -188,29 +188,29 @@ class Rehearsal:
 
         if not cert_standin.wanted(self.config):
             return
-        pki = self.control_plane.pki
-        # Its own identity (the API server's audit names it); system:masters like the rehearsal's other host processes.
-        pki.issue_client(cert_standin.CLIENT_CERT, cert_standin.USER, ("system:masters",))
-        processes = Processes(self.settings)
-        processes.start(cert_standin.PROCESS, cert_standin.command(sys.executable, self.control_plane.server,
-                                                                    self.settings.pki))
-        time.sleep(0.5)
-        if not processes.running(cert_standin.PROCESS):
-            raise ClusterError(f"the cert-manager stand-in exited:\n{processes.log_tail(cert_standin.PROCESS)}")
+        self._host_process_up(cert_standin.PROCESS, cert_standin.CLIENT_CERT, cert_standin.USER,
+                              cert_standin.command(sys.executable, self.control_plane.server, self.settings.pki),
+                              "the cert-manager stand-in")
 
     def _local_provisioner_up(self) -> None:
         """The volumes of claims of the default class, on the real node (``local_provisioner.py``): with the node."""
         from trainyard.rehearsal import local_provisioner
 
-        pki = self.control_plane.pki
-        pki.issue_client(local_provisioner.CLIENT_CERT, local_provisioner.USER, ("system:masters",))
-        processes = Processes(self.settings)
         root = self.settings.state_dir / "volumes" / "dynamic"
-        processes.start(local_provisioner.PROCESS, local_provisioner.command(
-            sys.executable, self.control_plane.server, self.settings.pki, root, REAL_NODE))
+        self._host_process_up(local_provisioner.PROCESS, local_provisioner.CLIENT_CERT, local_provisioner.USER,
+                              local_provisioner.command(sys.executable, self.control_plane.server, self.settings.pki,
+                                                        root, REAL_NODE),
+                              "the local volume provisioner")
+
+    def _host_process_up(self, name: str, client_cert: str, user: str, command: list[str], what: str) -> None:
+        """One of the rehearsal's API host processes (``api_loop.py``), with its own identity (the API server's audit
+        names it; system:masters like the rehearsal's other host processes); a ClusterError with its log if it exits."""
+        self.control_plane.pki.issue_client(client_cert, user, ("system:masters",))
+        processes = Processes(self.settings)
+        processes.start(name, command)
         time.sleep(0.5)
-        if not processes.running(local_provisioner.PROCESS):
-            raise ClusterError(f"the local volume provisioner exited:\n{processes.log_tail(local_provisioner.PROCESS)}")
+        if not processes.running(name):
+            raise ClusterError(f"{what} exited:\n{processes.log_tail(name)}")
 
     def _claim_cluster(self) -> None:
         """One stack per rehearsal cluster: its queues, nodes and tenants would mix with another's."""
@@ -686,15 +686,21 @@ class Rehearsal:
         return failures
 
 
-def stop_everything(settings: Settings) -> None:
-    """Stop every process of the cluster by its pid file (the order matters only for the webhooks, removed before)."""
+def host_processes() -> tuple[str, ...]:
+    """The pid-file names of the rehearsal's API host processes (``api_loop.py``), for ``stop`` and ``status``."""
     from trainyard.rehearsal.cert_standin import PROCESS as CERT_STANDIN
     from trainyard.rehearsal.local_provisioner import PROCESS as LOCAL_PROVISIONER
+
+    return CERT_STANDIN, LOCAL_PROVISIONER
+
+
+def stop_everything(settings: Settings) -> None:
+    """Stop every process of the cluster by its pid file (the order matters only for the webhooks, removed before)."""
     from trainyard.rehearsal.node import stop_real_nodes
 
     # Real nodes first, while the API server still answers (their pods are deleted through it): nothing of
     # them may be left mounted under the state directory that --purge deletes next.
     stop_real_nodes(settings)
     processes = Processes(settings)
-    for name in ("kueue", "trainer", "jobset", "kwok", CERT_STANDIN, LOCAL_PROVISIONER, *reversed(CONTROL_PLANE)):
+    for name in ("kueue", "trainer", "jobset", "kwok", *host_processes(), *reversed(CONTROL_PLANE)):
         processes.stop(name)
