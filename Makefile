@@ -156,6 +156,19 @@ test-node: setup node-tools node-packages ## The node tier (root): control plane
 	@# tables, kubelet's chains); a second run waits for the first (TRAINYARD_NODE_LOCK names the lock file).
 	flock $${TRAINYARD_NODE_LOCK:-/tmp/trainyard-node.lock} $(BIN)/pytest -q -s -m node tests/node $(PYTEST_ARGS)
 
+# The node tier in two parts, for .ci/run: the modules that start a control plane and nodes of their own need only the
+# control plane, kubelet, CoreDNS, kube-router and crane, so a cold CI run starts them before the rest of the node tools
+# (seaweedfs, kserve, cnpg, ...) are built; the platform package (one deployment of the whole local stack) needs them all.
+NODE_BASE_TOOLS := etcd kube-apiserver crane kubelet coredns kube-router
+.PHONY: test-node-base
+test-node-base: setup node-packages ## The node tier without the platform package: real nodes, NetworkPolicy by packets, DNS, the in-cluster API
+	tools/build.sh -j $(TOOL_JOBS) $(NODE_BASE_TOOLS)
+	flock $${TRAINYARD_NODE_LOCK:-/tmp/trainyard-node.lock} $(BIN)/pytest -q -s -m node tests/node --ignore=tests/node/platform $(PYTEST_ARGS)
+
+.PHONY: test-node-platform
+test-node-platform: setup node-tools node-packages ## The node tier's platform package: `pulumi up` of the local stack on a real node, then its modules in order
+	flock $${TRAINYARD_NODE_LOCK:-/tmp/trainyard-node.lock} $(BIN)/pytest -q -s -m node tests/node/platform $(PYTEST_ARGS)
+
 .PHONY: test-cluster
 # Two private clusters at once, a test file each at a time (pytest-xdist --dist loadfile: a module's fixtures stay on
 # one worker): the tier mostly waits on its controllers and kwok's delays. CLUSTER_WORKERS=0 runs it in one process.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +59,8 @@ def one_real_node(tmp_path_factory: pytest.TempPathFactory, directory: str, tool
 
 @contextmanager
 def deployed_platform(tmp_path_factory: pytest.TempPathFactory, directory: str, tools: tuple[str, ...],
-                      timings: dict[str, float], ready_step: str, *overrides: str) -> Iterator[Rehearsal]:
+                      timings: dict[str, float], ready_step: str,
+                      overrides: Mapping[str, Any] | None = None) -> Iterator[Rehearsal]:
     """The local stack on a private control plane with node-0 (``make up``'s path: ``Rehearsal(real_nodes=True)``):
     up, ``pulumi up``, the platform Ready, each step timed into ``timings``; ``overrides`` as ``Rehearsal`` takes them.
     Skips (saying why) where ``tools`` are missing; afterwards down, purged, and nothing of the node left."""
@@ -73,7 +74,7 @@ def deployed_platform(tmp_path_factory: pytest.TempPathFactory, directory: str, 
            "TRAINYARD_STATE_DIR": str(base / "state"), "TRAINYARD_RUN_DIR": str(base / "run"),
            "TRAINYARD_PULUMI_HOME": str(base / "pulumi-home")}
     os.environ["TRAINYARD_POD_NETWORK"] = env["TRAINYARD_POD_NETWORK"]  # RealNode reads it from the process
-    session = Rehearsal(open_stack("local", ROOT), Settings.from_env(env), *overrides, env=env, real_nodes=True)
+    session = Rehearsal(open_stack("local", ROOT), Settings.from_env(env), overrides, env=env, real_nodes=True)
     try:
         start = time.monotonic()
         session.up()

@@ -76,7 +76,10 @@ def test_wanted_only_with_real_nodes_backups_on_and_cloudnative_pg_installed(tmp
 
 def test_the_plugin_gets_the_mirror_images_and_the_stack_placement(tmp_path: Path) -> None:
     objects = install.plugin_objects(config(BACKUPS, tmp_path), upstream_like(), PLUGIN, SIDECAR)
-    assert all(o["kind"] != "CustomResourceDefinition" for o in objects)  # the CRD goes before pulumi up
+    assert all(o["kind"] != "CustomResourceDefinition" for o in objects)  # the CRD is applied on its own, first
+    # The operator's namespace first: a site installs the plugin before the stack's `pulumi up` adopts it.
+    assert objects[0] == {"apiVersion": "v1", "kind": "Namespace",
+                          "metadata": {"name": "cnpg-system", "labels": install.LABEL}}
     assert all(o["metadata"]["labels"]["trainyard.dev/rehearsal"] == "backups" for o in objects)
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]

@@ -21,7 +21,7 @@ from tests.conftest import ROOT
 from trainyard import catalog
 from trainyard.manifests import mlflow as mlflow_manifests
 from trainyard.project import open_stack
-from trainyard.rehearsal import base_layer, factory, mlflow_image, python_base, wheels
+from trainyard.rehearsal import base_layer, busybox_image, factory, mlflow_image, python_base, wheels
 from trainyard.rehearsal.images import Entry, ImageError, Layer, layer_tar
 from trainyard.supply.reference import ImageRef
 
@@ -41,7 +41,7 @@ def _env(config: dict[str, Any]) -> dict[str, str]:
     return dict(entry.split("=", 1) for entry in config["Env"])
 
 
-def test_the_image_is_named_as_the_charts_values_name_the_server_and_built_only_on_request() -> None:
+def test_the_image_is_named_as_the_charts_values_name_the_server_and_built_with_its_chart() -> None:
     config = _config()
     values = mlflow_manifests.chart_values(config)
     name = mlflow_image.target(config)
@@ -52,8 +52,8 @@ def test_the_image_is_named_as_the_charts_values_name_the_server_and_built_only_
     assert values["extraContainers"][0]["image"].split("@")[0] == str(name)  # the tenant sync sidecar
     release = catalog.release("mlflow", config.versions.mlflow)
     assert release.app_version == UPSTREAM.tag and release.installed()[2].repository == UPSTREAM.repository
-    # Not every `cluster up` builds it: only `images build STACK --component mlflow`.
-    assert factory.MLFLOW == "mlflow" in factory.ON_REQUEST and factory.MLFLOW not in factory.COMPONENTS
+    # A chart component: built where the stack installs MLflow's chart (mirror.installed_controllers), not otherwise.
+    assert factory.MLFLOW == "mlflow" in factory.COMPONENTS and factory.MLFLOW not in factory.ON_REQUEST
 
 
 def test_a_stack_without_a_mirror_is_refused() -> None:
@@ -206,7 +206,10 @@ def test_build_is_reproducible_and_cached(tmp_path: Path, monkeypatch: pytest.Mo
         return Layer((Entry("usr/local/bin/mlflow", b"#!/usr/bin/python3.11\n"),), f"{created_by}: {len(pins)} wheels")
 
     monkeypatch.setattr(wheels, "wheels_layer", wheels_layer)
+    busybox: list[Path] = []  # the chart's busybox is compiled from source (tests/unit/test_busybox_image.py)
+    monkeypatch.setattr(busybox_image, "build", lambda config, cache: busybox.append(cache))
     built = factory.build_images(_config(), tmp_path / "tools", tmp_path / "a", [factory.MLFLOW], project=ROOT)
+    assert busybox == [tmp_path / "a"] and built.pop() is None
     again = mlflow_image.build(_config(), tmp_path / "a")
     elsewhere = mlflow_image.build(_config(), tmp_path / "b")
     assert [b.component for b in built] == ["mlflow"]

@@ -157,7 +157,8 @@ def _mlflow(database: dict[str, object] | None = None) -> dict[str, object]:
                                            "buckets": ["mlflow-artifacts", "mlflow-backups"]}]}}
 
 def test_only_the_controllers_whose_chart_the_stack_installs_get_images(tmp_path: Path) -> None:
-    """The local stack declares no MLflow, so no CloudNativePG operator image is built for it; with MLflow it is."""
+    """The local stack declares no MLflow, so no CloudNativePG operator or MLflow image is built for it; with MLflow
+    they are."""
     if not (ROOT.parent / "shared" / "crds").is_dir():
         pytest.skip("the upstream CRD mirror (../shared/crds) is needed to render")
     from trainyard.config import validate_platform
@@ -172,5 +173,5 @@ def test_only_the_controllers_whose_chart_the_stack_installs_get_images(tmp_path
         rendered = render_platform(config, stack.root, stack.path.parent)
         installed.append(installed_controllers(in_cluster, list(rendered.releases)))
     without, with_mlflow = installed
-    assert {"kueue", "jobset", "trainer"} <= set(without) and "cnpg" not in without
-    assert set(with_mlflow) == {*without, "cnpg"}
+    assert {"kueue", "jobset", "trainer"} <= set(without) and not {"cnpg", "mlflow"} & set(without)
+    assert set(with_mlflow) == {*without, "cnpg", "mlflow"}  # the operator's image, MLflow's server and busybox

@@ -2,7 +2,7 @@
 under which names, and what the site install applies, without a cluster.
 
 The images built from the real binaries and pushed to a real registry: tests/registry/test_monitoring_images.py; the
-install on a real node: tests/node/test_monitoring_on_real_node.py.
+install on a real node: tests/node/platform/test_monitoring.py.
 """
 
 from __future__ import annotations

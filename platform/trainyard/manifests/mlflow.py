@@ -243,7 +243,7 @@ def chart_values(config: PlatformConfig, lock: ImageLock | None = None) -> dict[
     busybox = pinned_image(config, release.image_for("busybox"), pins)
     busybox_image = {"repository": busybox.name, "tag": busybox.tag_with_digest, "pullPolicy": "IfNotPresent"}
     db_host = f"{CLUSTER}-rw"  # CloudNativePG's read-write Service of the primary
-    return {
+    return placement.placed(config, "mlflow", {
         "replicaCount": mlflow.replicas,
         "image": {"repository": server.name, "tag": server.tag, "pullPolicy": "IfNotPresent",
                   **({"digest": server.digest} if server.digest else {})},
@@ -287,7 +287,7 @@ def chart_values(config: PlatformConfig, lock: ImageLock | None = None) -> dict[
             {"name": "tenant-sync-script", "configMap": {"name": SYNC_SCRIPT_CONFIGMAP}},
             {"name": "tenant-users", "secret": {"secretName": TENANT_USERS_SECRET}},
         ],
-    }
+    })
 
 
 def cnpg_values(config: PlatformConfig, lock: ImageLock | None = None) -> dict[str, Any]:

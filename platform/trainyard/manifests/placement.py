@@ -13,6 +13,8 @@ Refs (the chart values of the pinned versions, ../shared/charts):
 - kserve-resources v0.20.0 ``values.yaml`` ``kserve.controller.nodeSelector``/``tolerations``
 - cloudnative-pg 0.29.0 ``values.yaml`` ``nodeSelector``/``tolerations`` (templates/deployment.yaml); the PostgreSQL
   instances themselves through the Cluster's ``spec.affinity`` (``manifests/mlflow.py``)
+- mlflow 1.11.5 (community chart) ``values.yaml`` ``nodeSelector``/``tolerations`` (templates/deployment.yaml:695-706:
+  the server's pod)
 - seaweedfs 4.44.0 ``values.yaml`` ``allInOne.nodeSelector``/``tolerations``: strings, which
   templates/all-in-one/all-in-one-deployment.yaml renders with ``tpl`` (so they are written here as YAML text)
 
@@ -38,6 +40,7 @@ SELECTOR_PATHS: dict[str, tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, ..
                       ("startupapicheck", "tolerations"))),
     "kserve": ((("kserve", "controller", "nodeSelector"),), (("kserve", "controller", "tolerations"),)),
     "cnpg": ((("nodeSelector",),), (("tolerations",),)),
+    "mlflow": ((("nodeSelector",),), (("tolerations",),)),
     "seaweedfs": ((("allInOne", "nodeSelector"),), (("allInOne", "tolerations"),)),
 }
 # chart component -> paths whose value is its controller containers' resources (``system_pods.resources``):

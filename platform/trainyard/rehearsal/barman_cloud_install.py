@@ -8,10 +8,11 @@ stack declares backups and installs CloudNativePG (``wanted``), ``Rehearsal.depl
 ``manifest.yaml`` of github.com/cloudnative-pg/plugin-barman-cloud (``tools/build.sh barman-cloud`` copies it to
 ``share/``; v0.14.0 stands in for v0.15.0: ``barman_cloud_image.STAND_INS``):
 
-- **before** ``pulumi up``: the manifest's ``ObjectStore`` CRD (the stack's ObjectStore cannot be applied without it;
-  it is the running plugin's own, not the catalog's v0.15.0 document the conformance tier checks, which differs from
-  it in one description);
-- **after** it (``cnpg-system`` is the stack's namespace, made by ``pulumi up``): the rest of the manifest,
+- **before** ``pulumi up``, as docs/components/cnpg.md asks of a site ("install the plugin before enabling
+  backups"): the manifest's ``ObjectStore`` CRD (the stack's ObjectStore cannot be applied without it; it is the
+  running plugin's own, not the catalog's v0.15.0 document the conformance tier checks, which differs from it in one
+  description), then the operator's namespace ``cnpg-system`` (the stack declares it too: its server-side apply adopts
+  it, and adds its labels) and the rest of the manifest,
   unchanged but where a site must change it: the Deployment's image and the ``SIDECAR_IMAGE`` its Secret holds name
   the factory's two images under the stack's mirror by digest (``barman_cloud_image.py``), and the pod gets the
   stack's ``system_pods`` placement, as every platform pod. Its two ``Certificate``\\ s (the mTLS between operator and
@@ -22,8 +23,10 @@ stack declares backups and installs CloudNativePG (``wanted``), ``Rehearsal.depl
 
 Until the plugin's Service is there, the operator keeps the Cluster in "Cluster cannot proceed to reconciliation due
 to an unknown plugin being required" and looks again every 10 s (cloudnative-pg v1.30.0
-``internal/controller/cluster_controller.go``: ``ErrUnknownPlugin`` -> ``RequeueAfter: 10 * time.Second``), so the
-order costs nothing: the Cluster's first instance starts with the plugin's sidecar.
+``internal/controller/cluster_controller.go``: ``ErrUnknownPlugin`` -> ``RequeueAfter: 10 * time.Second``). The
+plugin was installed after ``pulumi up`` until the MLflow chart ran in the rehearsal: ``pulumi up`` then waits for
+MLflow's Deployment, whose init container waits for the database, which waits for the plugin, so the up never ended
+(seen on the node tier, 2026-12-07). A site installs the plugin first; so does the rehearsal now.
 
 Everything is applied by server-side apply under ``FIELD_MANAGER`` and labelled ``trainyard.dev/rehearsal:
 backups``; the cluster's ``down`` removes it with the cluster. The images are pinned by the digest the factory built
@@ -94,13 +97,16 @@ def _deployment(objects: Sequence[Manifest]) -> Manifest:
 
 def plugin_objects(config: PlatformConfig, objects: Sequence[Manifest], plugin_image: str,
                    sidecar_image: str) -> list[Manifest]:
-    """The manifest's objects but its CRD, with the mirror's images and the stack's placement; refused where the
-    manifest is not laid out as upstream's (one Deployment whose ``SIDECAR_IMAGE`` comes from one Secret)."""
+    """The operator's namespace and the manifest's objects but its CRD, with the mirror's images and the stack's
+    placement; refused where the manifest is not laid out as upstream's (one Deployment whose ``SIDECAR_IMAGE`` comes
+    from one Secret)."""
     expected = catalog.release("cnpg", config.versions.cnpg).namespace
     if namespace(objects) != expected:
         raise ClusterError(f"{MANIFEST}: the plugin's Deployment is in {namespace(objects)!r}; the operator only finds "
                            f"plugins in its own namespace {expected!r}")
-    out = [_labelled(copy.deepcopy(o)) for o in objects if o["kind"] != "CustomResourceDefinition"]
+    # The namespace first (a site installs the plugin before the stack's `pulumi up`, which adopts the namespace).
+    out = [_labelled({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": expected}}),
+           *(_labelled(copy.deepcopy(o)) for o in objects if o["kind"] != "CustomResourceDefinition")]
     deployment = _deployment(out)
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]

@@ -6,8 +6,9 @@ provisioner (``provisioner_image.py``, on the factory's Python base, ``python_ba
 ones a list of chart components needs, and on request (``LAB``, not a chart's) the lab's CPU stand-in for the
 ``lora-peft`` runtime's image (``lab_image.py``: Debian's CPU PyTorch, ~1 GB, so never built unasked) and the
 barman-cloud CNPG-I plugin's two images (``barman_cloud_image.py``: the site installs that plugin; no chart) and
-Trainer's dataset and model initializer images (``initializer_image.py``: what the lab's runtimes run first) and MLflow's
-tracking server (``mlflow_image.py``: mlflow[auth] on the Python base, several hundred MB of wheels). ``STAND_INS``
+Trainer's dataset and model initializer images (``initializer_image.py``: what the lab's runtimes run first); where the
+stack installs MLflow's chart, its tracking server (``mlflow_image.py``: mlflow[auth] on the Python base, several
+hundred MB of wheels) and its init containers' busybox (``busybox_image.py``: compiled from source). ``STAND_INS``
 gathers what the factory builds in place of the version a name says. The controller images are each laid out as its
 upstream Dockerfile lays it out, on a base of distroless ``static:nonroot``'s files (``rehearsal/base_layer.py``):
 
@@ -71,6 +72,7 @@ from trainyard.manifests.installs import component_version, upstream_image
 from trainyard.project import Stack
 from trainyard.rehearsal import (
     barman_cloud_image,
+    busybox_image,
     initializer_image,
     lab_image,
     mlflow_image,
@@ -140,8 +142,12 @@ RECIPES = (
 CONTROLLERS = tuple(dict.fromkeys(recipe.component for recipe in RECIPES))
 SEAWEEDFS = "seaweedfs"
 CNPG = "cnpg"
-# The chart components whose images the factory builds: what the rehearsal with real nodes runs in its cluster.
-COMPONENTS = (*CONTROLLERS, SEAWEEDFS)
+# Built only when asked for: the MLflow chart's server image and its init containers' busybox (mlflow_image.py,
+# busybox_image.py); the rehearsal asks where the stack installs the chart (mlflow.enabled: mirror.installed_controllers).
+MLFLOW = mlflow_image.COMPONENT
+# The chart components whose images the factory builds: what the rehearsal with real nodes runs in its cluster (each
+# only where the stack installs its chart).
+COMPONENTS = (*CONTROLLERS, SEAWEEDFS, MLFLOW)
 # Built only when asked for: the lab's image of the lora-peft runtime (a training image, not a chart's).
 LAB = lab_image.COMPONENT
 # Built only when asked for: the barman-cloud plugin's image and its sidecar's (not a chart's: the site installs it).
@@ -149,10 +155,7 @@ BARMAN_CLOUD = barman_cloud_image.COMPONENT
 # Built only when asked for: Trainer's dataset and model initializer images, which the lab's runtimes run before
 # the trainer (Python programs of Trainer's module on the factory's Python base; initializer_image.py).
 INITIALIZERS = initializer_image.COMPONENT
-# Built only when asked for: the MLflow chart's server image (its wheels are large; the chart stays external until
-# the rehearsal installs it).
-MLFLOW = mlflow_image.COMPONENT
-ON_REQUEST = (LAB, BARMAN_CLOUD, INITIALIZERS, MLFLOW)
+ON_REQUEST = (LAB, BARMAN_CLOUD, INITIALIZERS)
 # What the factory builds in place of what a name says, and why (each module's record; docs/architecture.md).
 STAND_INS: dict[str, dict[str, object]] = {SEAWEEDFS: dict(seaweedfs_image.STAND_INS), LAB: dict(lab_image.STAND_INS),
                                            BARMAN_CLOUD: dict(barman_cloud_image.STAND_INS)}
@@ -237,7 +240,8 @@ def build_images(config: PlatformConfig, tools_dir: Path, cache: Path | None = N
     where the stack declares MLflow's database, the PostgreSQL operand (``postgres_image.py``); for ``lora-peft`` the
     lab's CPU image of that runtime (``lab_image.py``; ``project``: where runtimes/ is, default the project root); for
     ``barman-cloud`` the plugin's and its sidecar's (``barman_cloud_image.py``); for ``trainer-initializers`` Trainer's
-    dataset and model initializers (``initializer_image.py``); for ``mlflow`` the chart's server (``mlflow_image.py``)."""
+    dataset and model initializers (``initializer_image.py``); for ``mlflow`` the chart's server (``mlflow_image.py``)
+    and its init containers' busybox (``busybox_image.py``)."""
     wanted = list(components)
     unknown = sorted(set(wanted) - {*COMPONENTS, *ON_REQUEST})
     if unknown:
@@ -259,6 +263,7 @@ def build_images(config: PlatformConfig, tools_dir: Path, cache: Path | None = N
         out.extend(initializer_image.build(config, directory, project or project_root(), root))
     if MLFLOW in wanted:
         out.append(mlflow_image.build(config, directory, root))
+        out.append(busybox_image.build(config, directory))
     return out
 
 

@@ -55,8 +55,9 @@ needs a new lock), a shell, pip, ``/opt/venv``.
 
 Named under the stack's mirror as the chart's values name the server (``manifests.installs.upstream_image`` and
 ``supply.reference.mirrored``, which ``chart_values`` reaches through ``pinned_image``): ``<mirror>burakince/mlflow:
-3.15.1``. Built on request (``factory.ON_REQUEST``: ``trainyard images build STACK --component mlflow``), not by every
-``cluster up``: the wheels are several hundred MB (docs/supply-chain.md has the figures).
+3.15.1``. Built where the stack installs MLflow's chart (``factory.COMPONENTS``; the rehearsal with real nodes, when
+``mlflow.enabled``: ``mirror.installed_controllers``), with the chart's busybox (``busybox_image.py``); by hand,
+``trainyard images build STACK --component mlflow``. The wheels are several hundred MB (docs/supply-chain.md).
 """
 
 from __future__ import annotations

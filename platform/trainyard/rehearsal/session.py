@@ -285,12 +285,10 @@ class Rehearsal:
     def deploy(self, extra: Iterable[str] = ()) -> EngineRun:
         """``pulumi up`` of the rehearsal overlay of the stack, with the real engine (tools/pulumi-local.sh); then, where
         the stack declares monitoring on real nodes, the Prometheus a site would run (``install_monitoring``)."""
-        plugin = self.backup_plugin_wanted()
-        if plugin:
+        if self.backup_plugin_wanted():  # before the stack's Cluster needs it, as a site installs it
             self.install_backup_plugin_crd()
-        run = self.engine("up", "--yes", "--skip-preview", *extra)
-        if run.returncode == 0 and plugin:
             self.install_backup_plugin()
+        run = self.engine("up", "--yes", "--skip-preview", *extra)
         if run.returncode == 0 and self.monitoring_wanted():
             self.install_monitoring()
         return run
@@ -314,9 +312,9 @@ class Rehearsal:
                    partial(self.controllers._established, barman_cloud_install.CRD_NAME), 60)
 
     def install_backup_plugin(self) -> None:
-        """The barman-cloud plugin from upstream's manifest in the operator's namespace, its images built by the
-        factory and pushed to the loopback mirror (``barman_cloud_install.py``), after ``pulumi up`` made the
-        namespace; its Certificates are issued by the cert-manager stand-in."""
+        """The barman-cloud plugin from upstream's manifest in the operator's namespace (made here if the stack's
+        ``pulumi up`` has not yet), its images built by the factory and pushed to the loopback mirror
+        (``barman_cloud_install.py``); its Certificates are issued by the cert-manager stand-in."""
         from trainyard.rehearsal import barman_cloud_image, barman_cloud_install
         from trainyard.rehearsal.image_cache import cache_root
 

@@ -2,7 +2,8 @@
 
 ``write URI`` logs three runs of one experiment (params, a loss history) and registers a model with a version from
 the last one, through MLflow's SQL store (what the tracking server does with ``--backend-store-uri``); ``read URI``
-reads everything back. Both print the same JSON summary, so a restored database can be compared with what was written.
+reads them back, and a summary of everything else in the database (the lab's runs and model versions). Both print the
+same JSON summary, so a restored database can be compared with what was written.
 """
 
 from __future__ import annotations
@@ -43,6 +44,14 @@ def read(uri: str) -> dict[str, Any]:
                          "loss": [(m.step, m.value) for m in client.get_metric_history(r.info.run_id, "loss")]}
                         for r in runs), key=lambda r: str(r["name"])),
         "model_versions": sorted((v.name, v.version, v.run_id) for v in client.search_model_versions(f"name='{MODEL}'")),
+        # And everything else the database holds (the lab's TrainJobs' runs and model versions, which the tracking
+        # server in the cluster wrote): each experiment's runs by name, id and status; every model version.
+        "all": {
+            "experiments": {e.name: sorted((r.info.run_name, r.info.run_id, r.info.status)
+                                           for r in client.search_runs([e.experiment_id]))
+                            for e in client.search_experiments()},
+            "model_versions": sorted((v.name, v.version, v.run_id, v.source) for v in client.search_model_versions()),
+        },
     }
 
 

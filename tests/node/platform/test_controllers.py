@@ -1,11 +1,13 @@
-"""Node tier: the platform's training controllers installed by `pulumi up` from their real charts, running as pods on a
-real node, from images built here and pulled from the rehearsal's loopback mirror by digest (issue #22).
+"""Node tier, first of tests/node/platform (conftest.ORDER): the platform's controllers installed by `pulumi up` from
+their real charts, running as pods on a real node, from images built here and pulled from the rehearsal's loopback
+mirror by digest (issue #22).
 
 `trainyard cluster up local --real-nodes` as a test: the control plane, one real node (containerd, kubelet, kube-proxy,
 CoreDNS) beside the local stack's fake GPU nodes; the image factory builds Kueue's, JobSet's and Trainer's images
 from the binaries `tools/build.sh` built, pushes them and the three charts to the node's loopback registry and locks
 their digests; then the real engine deploys the local stack with those three controllers no longer external
-(`stack.InCluster`). What is proven, each by the live cluster:
+(`stack.InCluster`). The package's one deployment (conftest.live) also declares the MLflow database and the
+site's Prometheus, which the later modules prove. What is proven here, each by the live cluster:
 
 - every Deployment of the three charts is Available, its pods Ready on the real node (never on a fake GPU node), and
   each runs the very digest the factory built and the rehearsal's lock holds;
@@ -28,65 +30,59 @@ their digests; then the real engine deploys the local stack with those three con
 - `trainyard cluster lab-images`: the lab's CPU image and Trainer's initializers pushed and locked; Trainer's
   own dataset initializer, by the locked digest, fetches a tenant's dataset from SeaweedFS in the cluster with the
   tenant's credentials, as the runtimes give them, through the stack's NetworkPolicies; the next `pulumi up` pins the
-  two runtimes that name those images to the pushed digests and changes nothing else;
-- the lab as a TrainJob (issue #22 item 5): inputs uploaded with a tenant's keys and approved in the lineage, a
-  ``lora-peft`` job through its queue on the ``cpu`` flavor, its initializers filling a claim the rehearsal's local
-  provisioner made, checkpoints in the tenant's bucket; interrupted after step 4 and resumed by the Job's next pod
-  while Kueue's pod and containerd are killed, to the uninterrupted run's adapter byte for byte;
-- a controller pod that is killed is replaced and the platform admits the next job; a killed containerd is
-  restarted and the node's pods keep running.
+  two runtimes that name those images to the pushed digests and changes nothing else (test_lab.py runs them).
 
-Needs root, the cluster and node tools (`tools/build.sh cluster kubelet coredns kube-router kserve kube-rbac-proxy`),
-Debian's containerd, runc, CNI
-plugins and nftables; skips saying which is missing elsewhere (`make test-node`).
+Needs root, the cluster and node tools (``shared.TOOLS``), Debian's containerd, runc, CNI plugins and nftables; skips
+saying which is missing elsewhere (`make test-node`).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import os
-import signal
 import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.node.one_node import deployed_platform
+from tests.node.platform.shared import (
+    TIMINGS,
+    forwarded,
+    node_room,
+    pod_finished,
+    pods,
+    provisioner_image,
+    run_jobs,
+    run_python,
+    store,
+)
+from trainyard.rehearsal import site_manifests
 from trainyard.rehearsal.kube import Kube, wait_until
-from trainyard.rehearsal.node import RealNode
-from trainyard.rehearsal.scenario import Job
 from trainyard.rehearsal.session import REAL_NODE, Rehearsal
 from trainyard.supply.lock import load_lock
 
 pytestmark = pytest.mark.node
-TOOLS = ("cluster", "kubelet", "coredns", "kube-router", "kserve", "kube-rbac-proxy")
-TIMINGS: dict[str, float] = {}
-
-
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
-    with deployed_platform(tmp_path_factory, "live", TOOLS, TIMINGS,
-                           "then every controller Ready") as session:
-        yield session
-
-
-def _pods(session: Rehearsal, namespace: str) -> list[dict]:  # type: ignore[type-arg]
-    return session.kube.items("pods", namespace)
 
 
 def test_the_controllers_run_from_the_mirror_by_the_built_digest_on_the_real_node(live: Rehearsal) -> None:
     assert live.in_cluster is not None
     lock = load_lock(live.in_cluster.lock_file)
-    seen = []
+    seen, site = [], []
     for namespace in live.installed_namespaces():
-        for pod in _pods(live, namespace):
+        # What the rehearsal installs as the site would (the barman-cloud plugin beside CloudNativePG): built here too,
+        # but not the stack's, so not in its lock (tests/node/platform/test_postgres.py checks it).
+        installed_by_site = [d["metadata"]["name"] for d in
+                             live.kube.items("deployments", namespace, selector=site_manifests.LABEL_KEY)]
+        for pod in pods(live, namespace):
             assert pod["spec"]["nodeName"] == REAL_NODE, pod["metadata"]["name"]
             if pod["status"].get("phase") == "Succeeded":
                 continue  # the object store's provisioning Job (its own test below)
+            if any(pod["metadata"]["name"].startswith(f"{name}-") for name in installed_by_site):
+                site.append(f"{namespace}/{pod['metadata']['name']}")
+                continue
+            if "cnpg.io/cluster" in pod["metadata"].get("labels", {}):
+                continue  # a PostgreSQL instance, the operator's pod with the site's plugin in it: test_postgres
             assert all(c["ready"] for c in pod["status"]["containerStatuses"]), pod["status"]
             statuses = {status["name"]: status for status in pod["status"]["containerStatuses"]}
             for container in pod["spec"]["containers"]:
@@ -98,18 +94,58 @@ def test_the_controllers_run_from_the_mirror_by_the_built_digest_on_the_real_nod
                 assert entry.source == "registry" and entry.digest == digest, (tagged, entry)
                 assert status["imageID"].endswith(digest), status["imageID"]  # what containerd ran
                 seen.append(f"{namespace}/{pod['metadata']['name']}: {image}")
-    print("\n".join(seen))
-    assert len(seen) == 6, seen  # Kueue, JobSet, Trainer, SeaweedFS, KServe's manager and kube-rbac-proxy
+    print("\n".join(seen) + f"\n(installed as a site would, checked elsewhere: {', '.join(site)})")
+    # Kueue, JobSet, Trainer, SeaweedFS, KServe's manager and kube-rbac-proxy, CloudNativePG's operator, MLflow's
+    # server and its tenant-user-sync sidecar.
+    assert len(seen) == 9, seen
 
 
-def _run_jobs(live: Rehearsal, suffix: str) -> None:
-    jobs = [Job(name=f"live-{tenant.name}-{suffix}", tenant=tenant.name, gpus_per_node=1, run_for="2s")
-            for tenant in live.config.tenants]
-    for job in jobs:
-        live.submit(job)
-    for job in jobs:
-        live.wait_finished([job.name], live.namespace_of(job.tenant), timeout=180)
-    print(live.where_jobs_stand([j.name for j in jobs if j.tenant == jobs[0].tenant], live.namespace_of(jobs[0].tenant)))
+def test_mlflows_server_runs_from_the_built_images_and_refuses_a_request_without_credentials(live: Rehearsal) -> None:
+    """MLflow's chart on the real node: its init containers (the database check and the auth ini-file, on the busybox
+    compiled here; the schema migration, on the server's image) ran by the locked digests, the server and its
+    tenant-user-sync sidecar are Ready, ``/health`` answers, and the API refuses a request without credentials."""
+    import urllib.error
+    import urllib.request
+
+    from trainyard.config.model import MLFLOW_PORT
+    from trainyard.manifests import mlflow
+    from trainyard.rehearsal import busybox_image
+
+    assert live.in_cluster is not None
+    lock = load_lock(live.in_cluster.lock_file)
+    namespace = live.config.mlflow.namespace
+    (pod,) = live.kube.items("pods", namespace, selector="app.kubernetes.io/name=mlflow")
+    assert pod["spec"]["nodeName"] == REAL_NODE
+    statuses = {s["name"]: s for s in [*pod["status"].get("initContainerStatuses", []),
+                                       *pod["status"]["containerStatuses"]]}
+    busybox = busybox_image.target(live.config).tagged
+    for container in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]:
+        tagged, digest = container["image"].split("@")
+        assert lock.entries[tagged].digest == digest and statuses[container["name"]]["imageID"].endswith(digest)
+        state = statuses[container["name"]]["state"]
+        print(f"{namespace}/{pod['metadata']['name']} {container['name']}: {container['image']} "
+              f"({'exit ' + str(state['terminated']['exitCode']) if 'terminated' in state else 'running'})")
+    init = {c["name"]: c["image"].split("@")[0] for c in pod["spec"]["initContainers"]}
+    assert init["dbchecker"] == init["ini-file-initializer"] == busybox, init
+    assert all(s["state"]["terminated"]["exitCode"] == 0 for s in pod["status"]["initContainerStatuses"])
+    assert all(s["ready"] for s in pod["status"]["containerStatuses"]), pod["status"]
+    log = live.kube.run("logs", "-n", namespace, pod["metadata"]["name"], "-c", "dbchecker").stdout.strip()
+    print(f"dbchecker said: {log}")
+    assert "Database OK" in log
+    no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    host = mlflow.allowed_hosts(live.config.mlflow)[1]
+    with forwarded(live, namespace, pod["metadata"]["name"], MLFLOW_PORT) as port:
+        with no_proxy.open(urllib.request.Request(f"http://127.0.0.1:{port}/health", headers={"Host": host}),
+                           timeout=30) as response:
+            health = response.read().decode()
+        try:
+            no_proxy.open(urllib.request.Request(f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search"
+                                                 "?max_results=1", headers={"Host": host}), timeout=30)
+            refused = 0
+        except urllib.error.HTTPError as exc:
+            refused = exc.code
+    print(f"/health: {health}; the API without credentials: HTTP {refused}")
+    assert health.strip() == "OK" and refused == 401
 
 
 def test_trainjobs_go_through_the_controllers_running_as_pods(live: Rehearsal) -> None:
@@ -121,7 +157,7 @@ def test_trainjobs_go_through_the_controllers_running_as_pods(live: Rehearsal) -
     assert {"kueue-system", "jobset-system", "kubeflow-system", "team-a", "team-b"} <= set(enforced)
     assert ":KUBE-NWPLCY-" in chains and ":KUBE-POD-FW-" in chains  # enforced on the node the controllers run on
     start = time.monotonic()
-    _run_jobs(live, "a")
+    run_jobs(live, "a")
     TIMINGS["one TrainJob per tenant, submitted -> completed"] = time.monotonic() - start
     workloads = live.workloads("*")
     assert workloads and all(any(c["type"] == "Finished" and c["status"] == "True"
@@ -130,62 +166,12 @@ def test_trainjobs_go_through_the_controllers_running_as_pods(live: Rehearsal) -
 
 # ------------------------------------------------------------------------------------------ the object store
 
-def _store(live: Rehearsal) -> str:
-    namespace = live.object_store_namespace()
-    assert namespace is not None, "the object store's chart is external: SeaweedFS does not run here"
-    return namespace
-
-
-def _provisioner_image(live: Rehearsal) -> str:
-    (job,) = live.provisioning_jobs()
-    image: str = job["spec"]["template"]["spec"]["containers"][0]["image"]
-    return image
-
-
-def _pod_finished(live: Rehearsal, namespace: str, name: str, timeout: float) -> str:
-    """The phase a pod ends in (Succeeded or Failed), waited for."""
-    def ended() -> str | None:
-        phase = live.kube.get("pod", name, namespace).get("status", {}).get("phase")
-        return phase if phase in ("Succeeded", "Failed") else None
-
-    found: str = wait_until(f"pod {namespace}/{name} to finish", ended, timeout, interval=1)
-    return found
-
-
-def _run_python(live: Rehearsal, namespace: str, name: str, script: str, secret: str,
-                labels: dict[str, str] | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``script`` with the provisioner image in a restricted pod of ``namespace`` (the keys of ``secret`` as its
-    environment) on the real node; its last output line is JSON, returned with the seconds it took."""
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-           "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
-                    "nodeSelector": {"kubernetes.io/hostname": REAL_NODE},
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
-                                        "seccompProfile": {"type": "RuntimeDefault"}},
-                    "containers": [{"name": "s3", "image": _provisioner_image(live), "command": ["python3", "-c", script],
-                                    "envFrom": [{"secretRef": {"name": secret}}],
-                                    "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
-                                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
-                                                  "limits": {"cpu": "500m", "memory": "256Mi"}},
-                                    "securityContext": {"allowPrivilegeEscalation": False,
-                                                        "readOnlyRootFilesystem": True,
-                                                        "capabilities": {"drop": ["ALL"]}}}]}}
-    start = time.monotonic()
-    live.kube.create(pod)
-    try:
-        phase = _pod_finished(live, namespace, name, 180)
-        log = live.kube.run("logs", name, "-n", namespace).stdout
-    finally:
-        live.kube.delete("pod", name, namespace=namespace)
-    assert phase == "Succeeded", log
-    return {**json.loads(log.strip().splitlines()[-1]), "seconds": time.monotonic() - start}
-
 
 def test_the_object_store_runs_on_the_real_node_and_the_provisioning_job_completed(live: Rehearsal) -> None:
-    namespace = _store(live)
+    namespace = store(live)
     assert live.in_cluster is not None
     lock = load_lock(live.in_cluster.lock_file)
-    (server,) = [p for p in _pods(live, namespace) if p["status"].get("phase") == "Running"]
+    (server,) = [p for p in pods(live, namespace) if p["status"].get("phase") == "Running"]
     (status,) = server["status"]["containerStatuses"]
     image = server["spec"]["containers"][0]["image"]
     tagged, digest = image.split("@")
@@ -204,7 +190,7 @@ def test_the_object_store_runs_on_the_real_node_and_the_provisioning_job_complet
     print(f"{namespace}/{server['metadata']['name']} Ready on {REAL_NODE}: {image}\n  weed says: {version.splitlines()[0]}"
           f"\n  claim seaweedfs-data -> {volume['metadata']['name']} ({volume['spec']['local']['path']})"
           f"\n  Job {job['metadata']['name']}: Complete, {job['status'].get('failed', 0)} failed runs, "
-          f"{_provisioner_image(live)}\n{log}")
+          f"{provisioner_image(live)}\n{log}")
     assert "4.53" in version  # the stand-in the module proxy serves for 4.44 (rehearsal/seaweedfs_image.py)
 
 
@@ -250,9 +236,9 @@ print(json.dumps(out))
 def test_every_tenants_buckets_exist_as_planned(live: Rehearsal) -> None:
     from trainyard.manifests import object_store
 
-    namespace = _store(live)
+    namespace = store(live)
     # The admin identity, from a pod the object store's policy admits (the provisioner's label).
-    seen = _run_python(live, namespace, "list-buckets", LIST_BUCKETS, object_store.ADMIN_SECRET,
+    seen = run_python(live, namespace, "list-buckets", LIST_BUCKETS, object_store.ADMIN_SECRET,
                        {object_store.PROVISIONER_LABEL: "true"},
                        {"AWS_ENDPOINT_URL": object_store.endpoint_url(live.config),
                         "AWS_DEFAULT_REGION": object_store.region(live.config)})
@@ -276,7 +262,7 @@ def test_a_tenant_reads_and_writes_its_own_bucket_and_is_refused_the_others(live
         own = object_store.bucket_name(live.config, tenant, "checkpoints")
         theirs = object_store.bucket_name(live.config, other, "checkpoints")
         script = f"import os\nos.environ.update(OWN={own!r}, OTHER={theirs!r})\n" + OWN_AND_OTHER
-        seen = _run_python(live, tenant.namespace_name, "s3-probe", script, OBJECT_STORE_SECRET)
+        seen = run_python(live, tenant.namespace_name, "s3-probe", script, OBJECT_STORE_SECRET)
         TIMINGS[f"{tenant.name}'s pod: own bucket written and read, {other.name}'s refused"] = seen.pop("seconds")
         print(f"{tenant.name} ({tenant.namespace_name}) -> {json.dumps(seen)}")
         assert seen["put own"] == "ok" and seen["get own"] == "checkpoint bytes", seen
@@ -300,27 +286,6 @@ def _cpu_trainjob(name: str, namespace: str, tenant: str, image: str, script: st
                                  "resourcesPerNode": {"requests": requests, "limits": limits}}}}
 
 
-def _millicores(value: str) -> int:
-    return int(value[:-1]) if value.endswith("m") else int(float(value) * 1000)
-
-
-def _node_room(live: Rehearsal) -> str:
-    """node-0's allocatable CPU and what the pods bound to it request: the room a training job has beside the
-    platform's own pods (the lab's sizing needs this figure)."""
-    node = live.kube.get("node", REAL_NODE)
-    allocatable = _millicores(node["status"]["allocatable"]["cpu"])
-    requested = {}
-    for pod in live.kube.items("pods", "*"):
-        if pod["spec"].get("nodeName") != REAL_NODE or pod["status"].get("phase") in ("Succeeded", "Failed"):
-            continue
-        cpu = sum(_millicores(c.get("resources", {}).get("requests", {}).get("cpu", "0"))
-                  for c in pod["spec"]["containers"])
-        requested[f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"] = cpu
-    listed = ", ".join(f"{name} {cpu}m" for name, cpu in sorted(requested.items(), key=lambda kv: -kv[1]))
-    return (f"{REAL_NODE}: {allocatable}m CPU allocatable, {sum(requested.values())}m requested by "
-            f"{len(requested)} pods ({listed})")
-
-
 def test_a_cpu_trainjob_through_a_tenants_queue_runs_its_container_on_the_real_node(live: Rehearsal) -> None:
     """The CPU pool is node-0 here (rehearsal/stack.py ``real_node_pool``): a TrainJob with no accelerator is admitted
     on the ``cpu`` flavor by the tenant's ClusterQueue, and its pod is a real container on the real node that runs to
@@ -333,9 +298,9 @@ def test_a_cpu_trainjob_through_a_tenants_queue_runs_its_container_on_the_real_n
     namespace, name = tenant.namespace_name, "cpu-on-node-0"
     script = ("import json, os, socket; print(json.dumps({'host': socket.gethostname(), 'uid': os.getuid(), "
               "'rank': os.environ.get('PET_NODE_RANK'), 'nodes': os.environ.get('PET_NNODES')}))")
-    print(_node_room(live))
+    print(node_room(live))
     start = time.monotonic()
-    live.kube.create(_cpu_trainjob(name, namespace, tenant.name, _provisioner_image(live), script))
+    live.kube.create(_cpu_trainjob(name, namespace, tenant.name, provisioner_image(live), script))
     live.wait_finished([name], namespace, timeout=240)
     TIMINGS["a CPU TrainJob on the real node, submitted -> completed"] = time.monotonic() - start
     workload = next(w for w in live.workloads(namespace)
@@ -347,7 +312,7 @@ def test_a_cpu_trainjob_through_a_tenants_queue_runs_its_container_on_the_real_n
           + ", ".join(f"{p['metadata']['name']} {p['status'].get('phase')} on {p['spec'].get('nodeName')}" for p in pods))
     # Kueue's topology-aware scheduling counts what node-0's pods request: a job that does not fit the room left
     # there is given the next flavor whose quota fits (a fake GPU node's CPU: docs/components/kueue.md "CPU pools").
-    assert flavors == {pool}, (admission, _node_room(live))
+    assert flavors == {pool}, (admission, node_room(live))
     assert len(pods) == 1 and pods[0]["spec"]["nodeName"] == REAL_NODE and pods[0]["status"]["phase"] == "Succeeded"
     log = live.kube.run("logs", pods[0]["metadata"]["name"], "-n", namespace).stdout.strip()
     print(f"its output: {log}")
@@ -555,7 +520,7 @@ def test_trainers_dataset_initializer_fetches_a_tenants_dataset_from_the_in_clus
 
     tenant = live.config.tenants[1]  # team-b: its datasets bucket has no object lock (the seaweedfs tests say why)
     namespace, bucket = tenant.namespace_name, object_store.bucket_name(live.config, tenant, "datasets")
-    written = _run_python(live, namespace, "put-dataset", PUT_DATASET, OBJECT_STORE_SECRET, env={"BUCKET": bucket})
+    written = run_python(live, namespace, "put-dataset", PUT_DATASET, OBJECT_STORE_SECRET, env={"BUCKET": bucket})
     written.pop("seconds")
     env = [{"name": "STORAGE_URI", "value": f"s3://{bucket}/lab-dataset/"},
            *({"name": name, "valueFrom": {"secretKeyRef": {"name": OBJECT_STORE_SECRET, "key": key}}}
@@ -572,13 +537,13 @@ def test_trainers_dataset_initializer_fetches_a_tenants_dataset_from_the_in_clus
                     "volumes": [{"name": "initializer", "emptyDir": {}}],
                     "initContainers": [{"name": name, "image": f"{image}@{entry.digest}", "env": env,
                                         "resources": small, "securityContext": restricted, "volumeMounts": mount}],
-                    "containers": [{"name": "list", "image": _provisioner_image(live),
+                    "containers": [{"name": "list", "image": provisioner_image(live),
                                     "command": ["python3", "-c", LIST_WORKSPACE], "resources": small,
                                     "securityContext": restricted, "volumeMounts": mount}]}}
     start = time.monotonic()
     live.kube.create(pod)
     try:
-        phase = _pod_finished(live, namespace, name, 300)
+        phase = pod_finished(live, namespace, name, 300)
         fetched_log = live.kube.run("logs", name, "-n", namespace, "-c", name).stdout
         listed = live.kube.run("logs", name, "-n", namespace, "-c", "list").stdout
         status = live.kube.get("pod", name, namespace)["status"]
@@ -619,220 +584,3 @@ def test_a_deploy_after_lab_images_pins_the_runtimes_to_the_pushed_digests(live:
     assert pinned["lora-peft/node"] == f"{lab}@{lock.entries[lab].digest}", pinned
 
 
-def _claim_of(pod: dict[str, Any]) -> str:
-    """The claim a TrainJob's pod mounts as ``initializer`` (JobSet names it from the runtime's claim template)."""
-    name: str = next(v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"]
-                     if v["name"] == "initializer" and v.get("persistentVolumeClaim"))
-    return name
-
-
-def test_the_lab_runs_as_a_trainjob_on_the_real_node_and_resumes_to_the_same_adapter(live: Rehearsal) -> None:
-    """Issue #22 item 5 as a tenant lives it, on node-0: the lab's inputs uploaded to the tenant's buckets and approved
-    in the stack's lineage (one ``pulumi up``); a ``lora-peft`` TrainJob through the tenant's queue, admitted on the
-    ``cpu`` flavor, whose initializers (Trainer's images, by digest) fetch the pinned dataset and base model from
-    SeaweedFS into the job's claim (a ``local`` volume the rehearsal's provisioner made on node-0) and whose trainer
-    (the lab image) trains and checkpoints to the tenant's checkpoints bucket; the same TrainJob interrupted by deleting
-    its trainer pod after step 4 (SIGTERM: a checkpoint, exit 143), replaced by the Job and resumed from that
-    checkpoint, while Kueue's pod and the node's containerd are killed, ends with the uninterrupted run's adapter, byte
-    for byte, and its losses. Deleting the TrainJobs
-    deletes their claims, and the provisioner their volumes."""
-    from tests.node import lab_trainjob as lab
-    from trainyard.manifests import object_store
-    from trainyard.manifests.meta import OBJECT_STORE_SECRET
-    from trainyard.rehearsal.local_provisioner import PROVISIONED_BY, PROVISIONER
-
-    assert live.in_cluster is not None
-    lock = load_lock(live.in_cluster.lock_file)
-    image = f"{lab.LAB_IMAGE}@{lock.entries[lab.LAB_IMAGE].digest}"
-    tenant = live.config.tenants[1]  # team-b: no object lock on its datasets bucket (as above)
-    namespace = tenant.namespace_name
-    datasets, models, checkpoints = (object_store.bucket_name(live.config, tenant, kind)
-                                     for kind in ("datasets", "models", "checkpoints"))
-    dataset_uri, model_uri = f"s3://{datasets}/lab/train.jsonl", f"s3://{models}/lab/tiny-llama/"
-
-    # 1. The inputs, uploaded with the tenant's keys; what the upload returned is what the platform team approves.
-    live.kube.apply([lab.inputs_configmap(namespace)], field_manager="trainyard-test")
-    start = time.monotonic()
-    live.kube.create(lab.lab_pod("lab-inputs", namespace, image, ["python3", "-c", lab.PUT_INPUTS, model_uri,
-                                                                   dataset_uri], OBJECT_STORE_SECRET))
-    try:
-        phase = _pod_finished(live, namespace, "lab-inputs", 300)
-        log = lab.pod_log(live.kube, namespace, "lab-inputs")
-    finally:
-        live.kube.delete("pod", "lab-inputs", namespace=namespace)
-    assert phase == "Succeeded", "\n".join(log[-40:])
-    uploaded = json.loads(log[-1])
-    TIMINGS["the lab's inputs made and uploaded by a pod of the lab image"] = time.monotonic() - start
-    print(f"uploaded: {json.dumps(uploaded)}")
-    assert uploaded["dataset_digest"] == lab.dataset_sha256()
-    lineage = {"lineage": {"tenants": {tenant.name: {
-        "datasets": [{"name": "lab-chat", "uri": dataset_uri, "version": uploaded["dataset_version"],
-                      "digest": uploaded["dataset_digest"], "licence": "CC-BY-4.0",
-                      "source": "tests/lab: generated sentences", "classification": "internal"}],
-        "base_models": [{"name": "tiny-llama", "uri": model_uri, "revision": uploaded["model_digest"],
-                         "licence": "Apache-2.0", "source": "tests/lab: a tiny random Llama", "classification": "internal"}],
-    }}}}
-    approved = live.with_overrides(lineage)
-    try:
-        run = approved.deploy()
-        assert run.returncode == 0, run.output[-4000:]
-        TIMINGS["pulumi up approving the lab's inputs (lineage)"] = run.seconds
-        pins = approved.config.lineage.pins(tenant.name, dataset=dataset_uri, model=model_uri)
-        print(_node_room(live))
-
-        # 2. The uninterrupted reference.
-        live.kube.create(lab.trainjob("lab-reference", namespace, tenant.name, dataset_uri, model_uri, pins))
-        start = time.monotonic()
-        live.wait_finished(["lab-reference"], namespace, timeout=900)
-        TIMINGS["lab TrainJob (reference): submitted -> Complete"] = time.monotonic() - start
-        workload = next(w for w in live.workloads(namespace)
-                        if any(r["name"] == "lab-reference" for r in w["metadata"].get("ownerReferences", [])))
-        flavors = {f for a in workload["status"]["admission"]["podSetAssignments"] for f in a.get("flavors", {}).values()}
-        pods = live.kube.items("pods", namespace, selector="jobset.sigs.k8s.io/jobset-name=lab-reference")
-        print(f"{namespace}/lab-reference: ClusterQueue {workload['status']['admission']['clusterQueue']}, flavors "
-              f"{sorted(flavors)}; pods " + ", ".join(f"{p['metadata']['name']} {p['status'].get('phase')} on "
-                                                       f"{p['spec'].get('nodeName')}" for p in pods))
-        assert flavors == {"cpu"}, workload["status"]["admission"]
-        assert {p["spec"]["nodeName"] for p in pods} == {REAL_NODE} and len(pods) == 3, pods
-        (reference_pod,) = lab.trainer_pods(live.kube, namespace, "lab-reference")
-        reference = lab.pod_log(live.kube, namespace, reference_pod["metadata"]["name"])
-        print("\n".join(line for line in reference if line.startswith("[lora-peft]")))
-        dataset_log = next(lab.pod_log(live.kube, namespace, p["metadata"]["name"]) for p in pods
-                           if "dataset-initializer" in p["metadata"]["name"])
-        print("\n".join(dataset_log[-4:]))
-        assert len(lab.steps(reference)) == lab.MAX_STEPS, reference[-30:]
-        assert any(line.startswith(f"[lora-peft] dataset {dataset_uri} version {uploaded['dataset_version']}")
-                   and f"base model {model_uri} {uploaded['model_digest']}" in line for line in reference), reference
-        claims = {"lab-reference": _claim_of(reference_pod)}  # JobSet's claim from the runtime's volumeClaimPolicies
-        claim = live.kube.get("persistentvolumeclaim", claims["lab-reference"], namespace)
-        volume = live.kube.get("persistentvolume", claim["spec"]["volumeName"])
-        print(f"claim {namespace}/{claim['metadata']['name']} {claim['status']['phase']} -> {volume['metadata']['name']} "
-              f"(local {volume['spec']['local']['path']}, {volume['spec']['persistentVolumeReclaimPolicy']})")
-        assert volume["metadata"]["annotations"][PROVISIONED_BY] == PROVISIONER
-
-        # 3. The same job, interrupted after step 4 by deleting its trainer pod, then resumed by the Job's next pod.
-        live.kube.create(lab.trainjob("lab-lora", namespace, tenant.name, dataset_uri, model_uri, pins,
-                                      {"TRAINYARD_PAUSE_AFTER_STEP": "2"}))
-        start = time.monotonic()
-        first_pod, first = lab.follow_and_interrupt(live.kube, namespace, "lab-lora",
-                                                    f"[lora-peft] step {lab.INTERRUPT_AT}/{lab.MAX_STEPS}")
-        # While the replacement trains: Kueue's pod and the node's containerd killed (issue #22, "Bad input and
-        # faults"); the platform recovers around the running job, which loses nothing (its adapter, below).
-        replacement = wait_until("the trainer's replacement pod to run", lambda: next(
-            (p for p in lab.trainer_pods(live.kube, namespace, "lab-lora")
-             if p["metadata"]["name"] != first_pod and p["status"].get("phase") == "Running"), None), 300, interval=1)
-        kueue = next(n for n in live.installed_namespaces() if n.startswith("kueue"))
-        (kueue_pod,) = [p["metadata"]["name"] for p in _pods(live, kueue)]
-        live.kube.run("delete", "pod", "-n", kueue, kueue_pod, "--grace-period=0", "--wait=false")
-        node = RealNode(live.settings, REAL_NODE, 0, proxy=True, dns=True)
-        pid = node.processes.pid(node.containerd)
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        wait_until("containerd to be gone", lambda: not node.processes.running(node.containerd), 30)
-        node.up()
-        print(f"during {replacement['metadata']['name']}: deleted {kueue}/{kueue_pod}, killed containerd "
-              f"(pid {pid}) and started it again")
-        live.wait_finished(["lab-lora"], namespace, timeout=900)
-        live.wait_platform_ready(timeout=300)
-        TIMINGS["lab TrainJob interrupted at step 4 (and Kueue, containerd killed): submitted -> Complete"] = \
-            time.monotonic() - start
-        (second_pod,) = [p for p in lab.trainer_pods(live.kube, namespace, "lab-lora")
-                         if p["metadata"]["name"] != first_pod]
-        assert second_pod["metadata"]["uid"] == replacement["metadata"]["uid"]  # the pod outlived containerd
-        second = lab.pod_log(live.kube, namespace, second_pod["metadata"]["name"])
-        claims["lab-lora"] = _claim_of(second_pod)
-        print(f"--- {first_pod} (deleted after step {lab.INTERRUPT_AT})\n"
-              + "\n".join(line for line in first if line.startswith("[lora-peft]"))
-              + f"\n--- {second_pod['metadata']['name']} (the Job's replacement)\n"
-              + "\n".join(line for line in second if line.startswith("[lora-peft]")))
-        assert f"[lora-peft] checkpoint step {lab.INTERRUPT_AT} (SIGTERM) complete at s3://{checkpoints}/lab-lora/" \
-               f"step-{lab.INTERRUPT_AT:08d}/" in first
-        assert f"[lora-peft] resumed from checkpoint step {lab.INTERRUPT_AT} at s3://{checkpoints}/lab-lora/" in second
-        assert lab.steps(first) + lab.steps(second) == lab.steps(reference)  # the same losses, step by step
-
-        # 4. The final checkpoints in the tenant's bucket: the same adapter, byte for byte.
-        read = _run_python(live, namespace, "lab-checkpoints", lab.READ_CHECKPOINTS, OBJECT_STORE_SECRET,
-                           env={"BUCKET": checkpoints, "JOBS": "lab-reference,lab-lora"})
-        print(f"s3://{checkpoints}: " + json.dumps({job: {"steps": found["steps"],
-                                                           "adapter": found["final"]["files"]["adapter_model.safetensors"]}
-                                                     for job, found in read.items() if job != "seconds"}))
-        ref_final, resumed_final = read["lab-reference"]["final"], read["lab-lora"]["final"]
-        assert ref_final["step"] == resumed_final["step"] == lab.MAX_STEPS
-        assert ref_final["files"]["adapter_model.safetensors"] == resumed_final["files"]["adapter_model.safetensors"]
-        assert read["lab-lora"]["steps"] == [f"step-{6:08d}", f"step-{lab.MAX_STEPS:08d}"]  # retention: newest two
-
-        # 5. Deleting the TrainJobs deletes their claims (the runtime's retention policy) and then their volumes.
-        volumes = [live.kube.get("persistentvolumeclaim", claim, namespace)["spec"]["volumeName"]
-                   for claim in claims.values()]
-        paths = [Path(live.kube.get("persistentvolume", v)["spec"]["local"]["path"]) for v in volumes]
-        for job in ("lab-reference", "lab-lora"):
-            live.kube.delete("trainjobs.trainer.kubeflow.org", job, namespace=namespace, wait=True)
-        wait_until("the provisioner to delete the lab's volumes",
-                   lambda: not any(live.kube.exists("persistentvolume", v) for v in volumes), 120)
-        assert not any(p.exists() for p in paths), paths
-    finally:
-        for job in ("lab-reference", "lab-lora"):
-            live.kube.delete("trainjobs.trainer.kubeflow.org", job, namespace=namespace)
-        live.kube.delete("configmap", "lab-inputs", namespace=namespace)
-        live.with_overrides(live.overrides)  # the rehearsal stack file as the module's other tests deploy it
-
-
-def test_a_killed_controller_pod_is_replaced_and_jobs_still_run(live: Rehearsal) -> None:
-    namespace = next(n for n in live.installed_namespaces() if n.startswith("kueue"))
-    (old,) = [p["metadata"]["name"] for p in _pods(live, namespace)]
-    start = time.monotonic()
-    live.kube.run("delete", "pod", "-n", namespace, old, "--grace-period=0", "--wait=false")
-
-    def replaced() -> list[str]:
-        return [p["metadata"]["name"] for p in _pods(live, namespace) if p["metadata"]["name"] != old
-                and all(c.get("ready") for c in p.get("status", {}).get("containerStatuses") or [{}])]
-
-    wait_until(f"a new Kueue pod in {namespace} to be Ready", lambda: bool(replaced()), 300)
-    live.wait_platform_ready(timeout=300)
-    (new,) = replaced()
-    TIMINGS["Kueue's pod deleted -> its replacement Ready"] = time.monotonic() - start
-    _run_jobs(live, "b")
-    print(f"{namespace}/{old} deleted, {new} Ready; the next jobs completed")
-
-
-def test_a_killed_containerd_is_restarted_and_the_pods_keep_running(live: Rehearsal) -> None:
-    node = RealNode(live.settings, REAL_NODE, 0, proxy=True, dns=True)
-    pid = node.processes.pid(node.containerd)
-    assert pid is not None and node.processes.running(node.containerd)
-    before = {p["metadata"]["uid"] for n in live.installed_namespaces() for p in _pods(live, n)}
-    os.kill(pid, signal.SIGKILL)
-    wait_until("containerd to be gone", lambda: not node.processes.running(node.containerd), 30)
-    start = time.monotonic()
-    node.up()  # idempotent: starts what is not running (containerd), the rest is left as it is
-    live.wait_platform_ready(timeout=300)
-    TIMINGS["containerd killed -> restarted, every controller Ready"] = time.monotonic() - start
-    after = {p["metadata"]["uid"] for n in live.installed_namespaces() for p in _pods(live, n)}
-    assert after == before  # the same pods: their containers outlived containerd (the shims keep them)
-    _run_jobs(live, "c")
-
-
-def test_destroy_keeps_the_object_stores_claim_volume_and_data(live: Rehearsal) -> None:
-    """`make down`'s first step, last in this module: the data stays where docs/architecture.md says it does."""
-    namespace = _store(live)
-    volume_name = live.kube.get("persistentvolumeclaim", "seaweedfs-data", namespace)["spec"]["volumeName"]
-    path = Path(live.kube.get("persistentvolume", volume_name)["spec"]["local"]["path"])
-    run = live.engine("destroy", "--yes", "--skip-preview")
-    assert run.returncode == 0, run.output[-4000:]
-    TIMINGS["pulumi destroy"] = run.seconds
-    claim = live.kube.get("persistentvolumeclaim", "seaweedfs-data", namespace)
-    volume = live.kube.get("persistentvolume", volume_name)
-    files = [f for f in path.rglob("*") if f.is_file()]
-    print(f"after destroy: claim {namespace}/seaweedfs-data {claim['status']['phase']} -> {volume_name} "
-          f"({volume['status']['phase']}, {volume['spec']['persistentVolumeReclaimPolicy']}); {len(files)} files, "
-          f"{sum(f.stat().st_size for f in files)} bytes in {path}; deployments left in {namespace}: "
-          f"{[d['metadata']['name'] for d in live.kube.items('deployments', namespace)]}")
-    assert claim["status"]["phase"] == "Bound" and claim["spec"]["volumeName"] == volume_name
-    assert volume["status"]["phase"] == "Bound" and volume["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
-    assert any(f.suffix == ".dat" for f in files), sorted(map(str, files))  # SeaweedFS's volume files: the objects
-    assert not live.kube.items("deployments", namespace)  # the server is gone, its data is not
-
-
-def test_timings(live: Rehearsal) -> None:
-    print("\n| step | seconds |\n|---|---:|")
-    for step, seconds in TIMINGS.items():
-        print(f"| {step} | {seconds:.1f} |")

@@ -1,5 +1,5 @@
 """The lab as a tenant runs it on the real node: inputs uploaded and approved, a ``lora-peft`` TrainJob through the
-tenant's queue, interrupted and resumed (used by tests/node/test_platform_on_real_node.py).
+tenant's queue, interrupted and resumed (used by tests/node/platform/test_lab.py).
 
 The inputs are the lab tier's (tests/lab: a tiny random Llama made by the lab image with the lab helper, and the
 generated dataset), put in the tenant's buckets of the in-cluster SeaweedFS by a pod of the lab image with the

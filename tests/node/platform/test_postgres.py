@@ -1,8 +1,9 @@
-"""Node tier: CloudNativePG installed by `pulumi up` from its real chart, the MLflow database running for real on the
-real node, backed up through the barman-cloud plugin to the in-cluster object store and restored from it, from images
-built here and pulled from the rehearsal's loopback mirror by digest (issue #22, item 4's CloudNativePG, item 6).
+"""Node tier, tests/node/platform after test_lab (conftest.ORDER): CloudNativePG installed by `pulumi up` from its
+real chart, the MLflow database running for real on the real node, backed up through the barman-cloud plugin to the
+in-cluster object store and restored from it, from images built here and pulled from the rehearsal's loopback mirror
+by digest (issue #22, item 4's CloudNativePG, item 6).
 
-`trainyard cluster up local --real-nodes` with the local stack's MLflow database declared, backups on (MLflow's own
+The package's deployment (conftest.live) declares the local stack's MLflow database, backups on (MLflow's own
 chart stays external), PostgreSQL 17 (the major Debian trixie ships, which the operand image is made of:
 docs/architecture.md). The rehearsal installs the barman-cloud plugin as a site would (`barman_cloud_install.py`:
 upstream's manifest.yaml, v0.14.0 standing in for v0.15.0, its images built here, its Certificates from the
@@ -24,10 +25,9 @@ cert-manager stand-in). What is proven, each by the live cluster:
   (method plugin) completed to the object store, the database dropped, and a second Cluster bootstrapped from the
   ObjectStore (recovery to the end of that backup): MLflow reads every run and the model version back from it.
 
-Needs root, the cluster and node tools (`tools/build.sh cluster kubelet coredns kube-router cnpg barman-cloud`), the
-MLflow tool venv (`tools/mlflow/install.sh`),
-Debian's containerd, runc, CNI plugins and nftables, and deb.debian.org and PyPI for the operand's and the sidecar's
-packages on a cold cache; skips saying which is missing elsewhere (`make test-node`).
+Needs root, the package's tools (``shared.TOOLS``), the MLflow tool venv (`tools/mlflow/install.sh`), Debian's
+containerd, runc, CNI plugins and nftables, and deb.debian.org and PyPI for the operand's and the sidecar's packages on
+a cold cache; skips saying which is missing elsewhere (`make test-node`).
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -46,8 +45,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.dataplane.test_mlflow_server import VENV_PYTHON as MLFLOW_PYTHON
-from tests.mlflow_overrides import MLFLOW_WITH_BACKUPS
-from tests.node.one_node import deployed_platform
+from tests.node.platform.shared import TIMINGS, forwarded
 from trainyard.rehearsal.cluster import REHEARSAL_STORAGE_CLASS
 from trainyard.rehearsal.kube import wait_until
 from trainyard.rehearsal.session import REAL_NODE, Rehearsal
@@ -55,17 +53,7 @@ from trainyard.rehearsal.volumes import NodeVolume, provide
 from trainyard.supply.lock import load_lock
 
 pytestmark = pytest.mark.node
-TOOLS = ("cluster", "kubelet", "coredns", "kube-router", "cnpg", "kserve", "kube-rbac-proxy", "barman-cloud")
-TIMINGS: dict[str, float] = {}
 NAMESPACE, CLUSTER = "mlflow", "mlflow-db"
-MLFLOW_DATABASE = MLFLOW_WITH_BACKUPS  # tests/mlflow_overrides.py
-
-
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
-    with deployed_platform(tmp_path_factory, "postgres", TOOLS, TIMINGS,
-                           "then every controller Ready and the Cluster Ready", MLFLOW_DATABASE) as session:
-        yield session
 
 
 def _locked(live: Rehearsal, image: str, status: dict[str, Any]) -> str:
@@ -207,23 +195,6 @@ def _backup_done(live: Rehearsal, name: str) -> Callable[[], dict[str, Any] | No
 RESTORED = f"{CLUSTER}-restored"
 
 
-@contextmanager
-def _forwarded(live: Rehearsal, pod: str) -> Iterator[int]:
-    """``kubectl port-forward`` to the instance's 5432 (the kubelet's streaming, containerd in the pod's network
-    namespace); the local port."""
-    command = [str(live.kube.kubectl), "--kubeconfig", str(live.kube.kubeconfig), "port-forward", "-n", NAMESPACE,
-               f"pod/{pod}", ":5432"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # "Forwarding from 127.0.0.1:NNNNN -> 5432"
-        assert line.startswith("Forwarding from 127.0.0.1:"), (line, proc.stderr.read() if proc.poll() is not None else "")
-        yield int(line.split("127.0.0.1:")[1].split()[0])
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 def _mlflow(live: Rehearsal, command: str, cluster: str) -> dict[str, Any]:
     """tests/node/mlflow_runs.py in the MLflow tool venv, against ``cluster``'s ``mlflow`` database as its owner (the
     password of the Secret CloudNativePG made for it)."""
@@ -231,7 +202,7 @@ def _mlflow(live: Rehearsal, command: str, cluster: str) -> dict[str, Any]:
         pytest.fail(f"MLflow's venv {MLFLOW_PYTHON.parent.parent} not found: run `tools/mlflow/install.sh`")
     secret = live.kube.get("secret", f"{cluster}-app", NAMESPACE)
     password = base64.b64decode(secret["data"]["password"]).decode()
-    with _forwarded(live, f"{cluster}-1") as port:
+    with forwarded(live, NAMESPACE, f"{cluster}-1", 5432) as port:
         uri = f"postgresql+psycopg://mlflow:{quote(password, safe='')}@127.0.0.1:{port}/mlflow"
         result = subprocess.run([str(MLFLOW_PYTHON), str(Path(__file__).parent / "mlflow_runs.py"), command, uri],
                                 capture_output=True, text=True, check=False, timeout=300, cwd=live.settings.state_dir)
@@ -249,6 +220,9 @@ def test_backup_drop_and_restore_bring_mlflows_runs_back(live: Rehearsal) -> Non
     for run in written["runs"]:
         print(f"  {run['name']} {run['id']} {run['status']} params {run['params']} loss {run['loss']}")
     assert len(written["runs"]) == 3 and len(written["model_versions"]) == 1
+    for experiment, runs in written["all"]["experiments"].items():
+        print(f"  experiment {experiment}: " + ", ".join(f"{name} {status}" for name, _, status in runs))
+    print("  model versions: " + ", ".join(f"{name} v{version}" for name, version, _, _ in written["all"]["model_versions"]))
     backup = {"apiVersion": "postgresql.cnpg.io/v1", "kind": "Backup",
               "metadata": {"name": "before-the-drop", "namespace": NAMESPACE},
               "spec": {"cluster": {"name": CLUSTER}, "method": "plugin",
@@ -304,12 +278,8 @@ def test_backup_drop_and_restore_bring_mlflows_runs_back(live: Rehearsal) -> Non
     print(live.kube.run("get", "pods", "-n", NAMESPACE, "-o", "wide").stdout.rstrip())
     back = _mlflow(live, "read", RESTORED)
     print(f"MLflow in {RESTORED}/mlflow (recovered in {TIMINGS['recovery Cluster Ready']:.1f}s): {len(back['runs'])} "
-          f"runs, model versions {back['model_versions']}")
+          f"runs, model versions {back['model_versions']}; in all {sum(map(len, back['all']['experiments'].values()))} "
+          f"runs of {len(back['all']['experiments'])} experiments, {len(back['all']['model_versions'])} model versions")
     assert back == written
     assert _psql(live, "select count(*) from pg_database where datname = 'mlflow'") == "0"  # the origin's is gone
 
-
-def test_timings(live: Rehearsal) -> None:
-    print("\n| step | seconds |\n|---|---:|")
-    for step, seconds in TIMINGS.items():
-        print(f"| {step} | {seconds:.1f} |")

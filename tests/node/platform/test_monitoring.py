@@ -1,4 +1,5 @@
-"""Node tier: the monitoring Trainyard declares, scraped and evaluated by a real Prometheus on the real node.
+"""Node tier, tests/node/platform after test_controllers (conftest.ORDER): the monitoring Trainyard declares, scraped
+and evaluated by a real Prometheus on the real node.
 
 Trainyard does not install Prometheus; a site runs a prometheus-operator Prometheus, and the stack's monitoring
 concern declares what it needs (ServiceMonitors per controller, the PrometheusRule, scrape RBAC). The rehearsal with
@@ -18,9 +19,7 @@ real nodes plays the site (``rehearsal/prometheus_install.py``): after ``pulumi 
 - ``/api/v1/rules`` holds the stack's PrometheusRule ``trainyard-alerts``, every group and alert the stack renders,
   loaded and evaluated (health ``ok``), and its two component alerts (a controller's metrics down or absent) inactive.
 
-Standalone (its own cluster): the lead moves it into tests/node/platform/ with the package fixture.
-
-Needs root and `tools/build.sh cluster node` (with prometheus-operator and prometheus) and `tools/build.sh promtool`.
+Needs root and the package's tools (``shared.TOOLS``: prometheus-operator, prometheus and promtool among them).
 """
 
 from __future__ import annotations
@@ -28,12 +27,11 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.node.one_node import deployed_platform
+from tests.node.platform.shared import TIMINGS
 from trainyard.manifests import alerts
 from trainyard.manifests.monitoring import scrape_targets
 from trainyard.rehearsal import prometheus_images, prometheus_install
@@ -41,19 +39,7 @@ from trainyard.rehearsal.image_cache import cache_root
 from trainyard.rehearsal.session import REAL_NODE, Rehearsal
 
 pytestmark = pytest.mark.node
-TOOLS = ("cluster", "kubelet", "coredns", "kube-router", "kserve", "kube-rbac-proxy", "prometheus-operator", "prometheus",
-         "promtool")
-TIMINGS: dict[str, float] = {}
-MONITORING: dict[str, Any] = {"monitoring": {"enabled": True},
-                              "security": {"network": {"metrics_from": ["monitoring"]}}}
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
-    with deployed_platform(tmp_path_factory, "monitoring", TOOLS, TIMINGS,
-                           "then every controller, the operator and the Prometheus Ready", MONITORING) as session:
-        yield session
 
 
 def _built(live: Rehearsal) -> dict[str, str]:
@@ -192,8 +178,3 @@ def test_the_stacks_prometheusrule_is_loaded_and_evaluated(live: Rehearsal) -> N
     print(f"component alerts: {states}")
     assert states == {"TrainyardComponentDown": "inactive", "TrainyardComponentMetricsAbsent": "inactive"}
 
-
-def test_timings(live: Rehearsal) -> None:
-    print("\n| step | seconds |\n|---|---:|")
-    for step, seconds in TIMINGS.items():
-        print(f"| {step} | {seconds:.1f} |")
