@@ -41,7 +41,7 @@ from trainyard import catalog
 from trainyard.config.model import PlatformConfig
 from trainyard.rehearsal import debian
 from trainyard.rehearsal.image_cache import BuiltImage, cached_build, recipe_key
-from trainyard.rehearsal.images import Entry, ImageError, Layer, busybox_version, is_static_elf
+from trainyard.rehearsal.images import ImageError, Layer, busybox_entries, busybox_version, is_static_elf
 from trainyard.supply.reference import ImageRef, mirrored
 
 COMPONENT = "mlflow"  # the chart whose init containers run it
@@ -157,10 +157,9 @@ def layer(data: bytes, work: Path) -> Layer:
     if version != VERSION:
         raise ImageError(f"the compiled BusyBox says version {version}, not {VERSION}")
     names = applets(binary)
-    entries = (Entry("bin", mode=0o755), Entry("bin/busybox", data),
-               *(Entry(f"bin/{name}", link="busybox", mode=0o777) for name in names), Entry("tmp", mode=0o1777))
-    return Layer(entries, f"BusyBox {VERSION} ({SOURCE_NAME}, defconfig + {', '.join(CONFIG)}): /bin/busybox and "
-                          f"{len(names)} applet links")
+    return Layer(tuple(busybox_entries(data, names)),
+                 f"BusyBox {VERSION} ({SOURCE_NAME}, defconfig + {', '.join(CONFIG)}): /bin/busybox and "
+                 f"{len(names)} applet links")
 
 
 def image_config(config: PlatformConfig) -> dict[str, object]:

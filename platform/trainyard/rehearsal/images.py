@@ -239,6 +239,12 @@ def busybox_version(binary: Path) -> str:
     return parts[1].removeprefix("v")
 
 
+def busybox_entries(data: bytes, applets: Sequence[str]) -> list[Entry]:
+    """``/bin/busybox``, a link in ``/bin`` per applet (as ``busybox --install``), a world-writable ``/tmp``."""
+    return [Entry("bin", mode=0o755), Entry("bin/busybox", data), Entry("tmp", mode=0o1777),
+            *(Entry(f"bin/{applet}", link="busybox", mode=0o777) for applet in applets)]
+
+
 def build_busybox(out: Path, binary: Path = BUSYBOX) -> Image:
     if not binary.is_file():
         raise ImageError(f"{binary} not found: apt-get install busybox-static")
@@ -246,8 +252,7 @@ def build_busybox(out: Path, binary: Path = BUSYBOX) -> Image:
     if not is_static_elf(data):
         raise ImageError(f"{binary} is dynamically linked: the test image needs Debian's busybox-static")
     version = busybox_version(binary)
-    entries = [Entry("bin", mode=0o755), Entry("bin/busybox", data), Entry("tmp", mode=0o1777),
-               *(Entry(f"bin/{applet}", link="busybox", mode=0o777) for applet in BUSYBOX_APPLETS)]
+    entries = busybox_entries(data, BUSYBOX_APPLETS)
     digest = write_layout(out / "busybox", entries, {"Env": ["PATH=/bin"], "Cmd": ["sh"]},
                           f"Debian busybox-static {version}: /bin/busybox and {len(BUSYBOX_APPLETS)} applet links")
     return Image(BUSYBOX_REPOSITORY, version, out / "busybox", digest)
