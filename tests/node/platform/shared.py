@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from tests.mlflow_overrides import MLFLOW_WITH_BACKUPS
+from trainyard.config.model import MLFLOW_PORT
+from trainyard.manifests import mlflow
 from trainyard.rehearsal.kube import wait_until
 from trainyard.rehearsal.scenario import Job
 from trainyard.rehearsal.session import REAL_NODE, Rehearsal
@@ -25,6 +28,8 @@ TOOLS = ("cluster", "kubelet", "coredns", "kube-router", "kserve", "kube-rbac-pr
          "prometheus-operator", "prometheus", "promtool")
 # Every module's steps, printed as one table by the last module (test_faults_and_destroy.test_timings).
 TIMINGS: dict[str, float] = {}
+# HTTP to this rehearsal's own addresses (a pod's, a port-forward's): never through a proxy the environment names.
+NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def pods(session: Rehearsal, namespace: str) -> list[dict[str, Any]]:
@@ -131,3 +136,18 @@ def forwarded(live: Rehearsal, namespace: str, pod: str, port: int) -> Iterator[
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@contextmanager
+def mlflow_server(live: Rehearsal) -> Iterator[Callable[..., Any]]:
+    """MLflow's server pod through a port-forward: ``open(path, data=None, headers=None)`` sends a request with the
+    Host its Service's name gives (the one the tenants' URI has; the server refuses others), returns the response."""
+    (pod,) = live.kube.items("pods", live.config.mlflow.namespace, selector="app.kubernetes.io/name=mlflow")
+    host = mlflow.allowed_hosts(live.config.mlflow)[1]
+    with forwarded(live, live.config.mlflow.namespace, pod["metadata"]["name"], MLFLOW_PORT) as port:
+        def open_(path: str, data: bytes | None = None, headers: dict[str, str] | None = None) -> Any:
+            request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
+                                             headers={"Host": host, **(headers or {})})
+            return NO_PROXY.open(request, timeout=30)
+
+        yield open_

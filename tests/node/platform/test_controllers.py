@@ -48,7 +48,7 @@ import pytest
 
 from tests.node.platform.shared import (
     TIMINGS,
-    forwarded,
+    mlflow_server,
     node_room,
     pod_finished,
     pods,
@@ -105,10 +105,7 @@ def test_mlflows_server_runs_from_the_built_images_and_refuses_a_request_without
     compiled here; the schema migration, on the server's image) ran by the locked digests, the server and its
     tenant-user-sync sidecar are Ready, ``/health`` answers, and the API refuses a request without credentials."""
     import urllib.error
-    import urllib.request
 
-    from trainyard.config.model import MLFLOW_PORT
-    from trainyard.manifests import mlflow
     from trainyard.rehearsal import busybox_image
 
     assert live.in_cluster is not None
@@ -132,15 +129,11 @@ def test_mlflows_server_runs_from_the_built_images_and_refuses_a_request_without
     log = live.kube.run("logs", "-n", namespace, pod["metadata"]["name"], "-c", "dbchecker").stdout.strip()
     print(f"dbchecker said: {log}")
     assert "Database OK" in log
-    no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    host = mlflow.allowed_hosts(live.config.mlflow)[1]
-    with forwarded(live, namespace, pod["metadata"]["name"], MLFLOW_PORT) as port:
-        with no_proxy.open(urllib.request.Request(f"http://127.0.0.1:{port}/health", headers={"Host": host}),
-                           timeout=30) as response:
+    with mlflow_server(live) as open_:
+        with open_("/health") as response:
             health = response.read().decode()
         try:
-            no_proxy.open(urllib.request.Request(f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search"
-                                                 "?max_results=1", headers={"Host": host}), timeout=30)
+            open_("/api/2.0/mlflow/experiments/search?max_results=1")
             refused = 0
         except urllib.error.HTTPError as exc:
             refused = exc.code

@@ -11,14 +11,13 @@ import json
 import os
 import signal
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import pytest
 
-from tests.node.platform.shared import TIMINGS, forwarded, node_room, pod_finished, run_python
+from tests.node.platform.shared import TIMINGS, mlflow_server, node_room, pod_finished, run_python
 from trainyard.rehearsal.kube import wait_until
 from trainyard.rehearsal.node import RealNode
 from trainyard.rehearsal.session import REAL_NODE, Rehearsal
@@ -26,7 +25,6 @@ from trainyard.rehearsal.stack import merge
 from trainyard.supply.lock import load_lock
 
 pytestmark = pytest.mark.node
-NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def _claim_of(pod: dict[str, Any]) -> str:
@@ -211,24 +209,17 @@ def test_the_lab_runs_as_a_trainjob_on_the_real_node_and_resumes_to_the_same_ada
 def _tracked(live: Rehearsal, namespace: str, jobs: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     """Each TrainJob's MLflow run and model version, asked of the tracking server's pod through MLflow's REST API with
     the tenant's own credentials (its ``trainyard-mlflow`` Secret) and the Host the server allows (its Service's)."""
-    from trainyard.config.model import MLFLOW_PORT
-    from trainyard.manifests import mlflow
     from trainyard.manifests.meta import MLFLOW_SECRET
 
     secret = live.kube.get("secret", MLFLOW_SECRET, namespace)["data"]
     user, password = (base64.b64decode(secret[key]).decode()
                       for key in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"))
     authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-    server_namespace = live.config.mlflow.namespace
-    (pod,) = live.kube.items("pods", server_namespace, selector="app.kubernetes.io/name=mlflow")
-    host = mlflow.allowed_hosts(live.config.mlflow)[1]  # the Service's name and port, as the tenants' URI has it
-    with forwarded(live, server_namespace, pod["metadata"]["name"], MLFLOW_PORT) as port:
+    with mlflow_server(live) as open_:
         def api(path: str, query: dict[str, str] | None = None, body: dict[str, Any] | None = None) -> Any:
-            url = f"http://127.0.0.1:{port}/api/2.0/mlflow/{path}" + (f"?{urlencode(query)}" if query else "")
-            request = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
-                                             headers={"Host": host, "Authorization": authorization,
-                                                      "Content-Type": "application/json"})
-            with NO_PROXY.open(request, timeout=30) as response:
+            with open_(f"/api/2.0/mlflow/{path}" + (f"?{urlencode(query)}" if query else ""),
+                       json.dumps(body).encode() if body is not None else None,
+                       {"Authorization": authorization, "Content-Type": "application/json"}) as response:
                 return json.loads(response.read())
 
         experiment = api("experiments/get-by-name", {"experiment_name": f"{namespace}/lora-peft"})["experiment"]

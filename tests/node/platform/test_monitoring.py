@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from tests.node.platform.shared import TIMINGS
+from tests.node.platform.shared import NO_PROXY, TIMINGS
 from trainyard.manifests import alerts
 from trainyard.manifests.monitoring import scrape_targets
 from trainyard.rehearsal import prometheus_images, prometheus_install
@@ -39,7 +39,6 @@ from trainyard.rehearsal.image_cache import cache_root
 from trainyard.rehearsal.session import REAL_NODE, Rehearsal
 
 pytestmark = pytest.mark.node
-NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def _built(live: Rehearsal) -> dict[str, str]:
