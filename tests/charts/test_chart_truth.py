@@ -128,6 +128,19 @@ def test_seaweedfs_without_trainyards_master_toml_is_reported(renderers: Rendere
     assert problems == [f"master.volume_growth.{k} is None, not 1" for k in ("copy_1", "copy_2", "copy_3", "copy_other")]
 
 
+def test_mlflow_with_the_charts_own_probes_workers_and_job_runner_is_reported(renderers: Renderers) -> None:
+    # The chart's defaults: liveness 10 s + 5 x 30 s, MLflow's 4 workers, the job runner on (MLflow's default).
+    release = release_of("staging", "mlflow")
+    values: dict[str, Any] = copy.deepcopy(release.values)
+    del values["livenessProbe"], values["extraArgs"], values["extraEnvVars"]["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"]
+    config = stack("staging").config.model_copy(
+        update={"mlflow": stack("staging").config.mlflow.model_copy(update={"workers": 2})})
+    problems = chart_truth.MODE_CHECKS["mlflow"](config, renderers("staging").render(release, values))
+    assert problems[0].startswith("the server's args lack --workers=2")
+    assert problems[1:] == ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION is None, not 'false'",
+                            "the liveness probe restarts a server not healthy after 160 s (under 330 s)"]
+
+
 def test_a_misspelt_value_path_is_reported_unread(renderers: Renderers) -> None:
     release = _kueue()
     values: dict[str, Any] = copy.deepcopy(release.values)

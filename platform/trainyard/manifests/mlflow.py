@@ -225,6 +225,10 @@ def _tenant_sync_sidecar(config: PlatformConfig, image: str) -> dict[str, Any]:
     }
 
 
+# How long a server that never answers /health lives before its liveness probe restarts it.
+LIVENESS_GRACE_SECONDS = 330
+
+
 def chart_values(config: PlatformConfig, lock: ImageLock | None = None) -> dict[str, Any]:
     """Values of the community MLflow chart (1.11.5). Ref: charts/mlflow values.yaml, templates/deployment.yaml.
 
@@ -271,8 +275,17 @@ def chart_values(config: PlatformConfig, lock: ImageLock | None = None) -> dict[
                    "existingSecret": {"name": OBJECT_STORE_SECRET, "keyOfAccessKeyId": "AWS_ACCESS_KEY_ID",
                                       "keyOfSecretAccessKey": "AWS_SECRET_ACCESS_KEY"}},
         },
+        # `mlflow server --workers=N` (templates/deployment.yaml:386-398 turns extraArgs keys into flags).
+        "extraArgs": {"workers": str(mlflow.workers)},
         # The chart has no endpoint value for S3 (research/data-plane.md section 2).
-        "extraEnvVars": {"MLFLOW_S3_ENDPOINT_URL": store.endpoint_url},
+        "extraEnvVars": {"MLFLOW_S3_ENDPOINT_URL": store.endpoint_url,
+                         "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "true" if mlflow.server_jobs else "false"},
+        # The chart has no startupProbe (deployment.yaml:407-420), so liveness alone must outlast a slow start:
+        # the chart's 10 s + 5 x 30 s killed a server still starting on a loaded two-core node (exit 137, CI
+        # 2026-12-07). Readiness checks often, so a started server takes traffic within seconds.
+        "livenessProbe": {"initialDelaySeconds": 30, "periodSeconds": 30, "timeoutSeconds": 10,
+                          "failureThreshold": (LIVENESS_GRACE_SECONDS - 30) // 30},
+        "readinessProbe": {"initialDelaySeconds": 5, "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 3},
         "auth": {
             "enabled": mlflow.auth,
             "appName": "basic-auth",

@@ -12,7 +12,7 @@ later is covered by being declared), rendered with ``trainyard.charts``:
 - values: every leaf value Trainyard sets changes the output when changed
   (``chart_probes.probe_values``); a path the chart does not read is reported as unread;
 - modes: per chart, what Trainyard switches (``MODE_CHECKS``: Kueue's manager
-  configuration, Trainer's default runtimes and bundled JobSet off);
+  configuration, Trainer's default runtimes and bundled JobSet off, MLflow's workers, job runner and liveness);
 - schemas: every installed object passes the strict Kubernetes schemas or the upstream CRD
   schema of its kind.
 
@@ -174,11 +174,39 @@ def _seaweedfs_modes(config: PlatformConfig, rendered: charts.RenderedChart) -> 
     return problems + ([] if mounts else ["no container mounts /etc/seaweedfs/master.toml"])
 
 
+def _mlflow_modes(config: PlatformConfig, rendered: charts.RenderedChart) -> list[str]:
+    """The server runs the stack's worker count, its job runner as the stack says, and a liveness probe that outlasts
+    a slow start (manifests/mlflow.py LIVENESS_GRACE_SECONDS). Ref: charts/mlflow 1.11.5 templates/deployment.yaml
+    (container ``mlflow``: extraArgs as ``--<kebab-key>=<value>``, extraEnvVars, livenessProbe)."""
+    from trainyard.manifests.mlflow import LIVENESS_GRACE_SECONDS
+
+    servers = [c for o in rendered.objects if o["kind"] == "Deployment"
+               for c in o["spec"]["template"]["spec"]["containers"] if c["name"] == "mlflow"]
+    if len(servers) != 1:
+        return [f"expected one MLflow server container, found {len(servers)}"]
+    server, problems = servers[0], []
+    if f"--workers={config.mlflow.workers}" not in server.get("args", []):
+        problems.append(f"the server's args lack --workers={config.mlflow.workers}: {server.get('args')}")
+    env = {e["name"]: e.get("value") for e in server.get("env", [])}
+    jobs = "true" if config.mlflow.server_jobs else "false"
+    if env.get("MLFLOW_SERVER_ENABLE_JOB_EXECUTION") != jobs:
+        problems.append(f"MLFLOW_SERVER_ENABLE_JOB_EXECUTION is {env.get('MLFLOW_SERVER_ENABLE_JOB_EXECUTION')!r}, "
+                        f"not {jobs!r}")
+    live = server.get("livenessProbe", {})
+    grace = (live.get("initialDelaySeconds", 0)
+             + live.get("periodSeconds", 10) * live.get("failureThreshold", 3))
+    if grace < LIVENESS_GRACE_SECONDS:
+        problems.append(f"the liveness probe restarts a server not healthy after {grace} s "
+                        f"(under {LIVENESS_GRACE_SECONDS} s)")
+    return problems
+
+
 # Per chart name: what Trainyard switches on or off there. A chart added later adds its own.
 MODE_CHECKS: dict[str, Callable[[PlatformConfig, charts.RenderedChart], list[str]]] = {
     "kueue": _kueue_modes,
     "kubeflow-trainer": _trainer_modes,
     "seaweedfs": _seaweedfs_modes,
+    "mlflow": _mlflow_modes,
 }
 
 
