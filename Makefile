@@ -53,7 +53,7 @@ barman-cloud-crd: ## Fetch the barman-cloud plugin's ObjectStore CRD (tools/buil
 
 .PHONY: lint
 lint: setup ## ruff over the code, tests and policy pack
-	$(BIN)/ruff check platform tests policies bench runtimes/programs
+	$(BIN)/ruff check platform tests policies bench runtimes/programs serving-runtimes/programs
 
 .PHONY: typecheck
 typecheck: setup ## mypy, strict on platform/trainyard

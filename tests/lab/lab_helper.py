@@ -129,27 +129,6 @@ def compare(first: str, second: str) -> dict[str, Any]:
             "max_abs_diff": diff, "nonzero_lora_b": sum(int(bool(a[k].abs().sum() > 0)) for k in a if "lora_B" in k)}
 
 
-def generate(base: str, adapter: str, prompt: str) -> dict[str, Any]:
-    """The adapter loaded onto the base model, greedy generation of 8 tokens, and whether the adapter changes the logits."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    inputs = tokenizer(prompt, return_tensors="pt")
-    with torch.no_grad():
-        base_logits = model(**inputs).logits
-    tuned = PeftModel.from_pretrained(model, adapter)
-    tuned.eval()
-    with torch.no_grad():
-        tuned_logits = tuned(**inputs).logits
-        out = tuned.generate(**inputs, max_new_tokens=8, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-    new = out[0, inputs["input_ids"].shape[1]:].tolist()
-    return {"new_tokens": new, "text": tokenizer.decode(new), "adapter_changes_logits":
-            bool((tuned_logits - base_logits).abs().max() > 0)}
-
-
 def mlflow_run(experiment: str, trainjob: str) -> dict[str, Any]:
     """The run tagged with the TrainJob, its metric history and the registered versions of it, as a tenant reads them."""
     import mlflow
@@ -176,7 +155,7 @@ def mlflow_run(experiment: str, trainjob: str) -> dict[str, Any]:
 
 COMMANDS = {"make-base": make_base, "put-versions": put_versions, "upload": upload,
             "download": download, "list": list_keys, "put-object": put_object, "get-json": get_json, "compare": compare,
-            "generate": generate, "mlflow-run": mlflow_run}
+            "mlflow-run": mlflow_run}
 
 if __name__ == "__main__":
     print(json.dumps(COMMANDS[sys.argv[1]](*sys.argv[2:])))

@@ -25,7 +25,9 @@ the InferenceService (base model + adapter from the version's tags), which passe
 and the CRD schema; KServe's storage initializer code (``kserve_storage``, the data-plane venv) downloads
 its ``storageUris`` with the tenant's rendered serving Secret (the read-only serving identity the
 ``kserve-predictor`` ServiceAccount names, never an admin key), is refused the checkpoints bucket, and the
-downloaded adapter on the downloaded base model generates tokens.
+downloaded adapter and base model are served by the ``peft-cpu`` runtime's program (serving-runtimes/programs/
+peft_server.py, vllm-openai's command line and completions API) with the InferenceService's arguments: the adapter
+answers, and its token log-probabilities differ from the base model's.
 
 Two ranks: the same program under ``torchrun`` with the environment Trainer's torch plugin gives a node
 (``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR/PORT``), DDP over gloo on
@@ -261,16 +263,56 @@ def _sha256(path: Path) -> str:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+SERVER = ROOT / "serving-runtimes" / "programs" / "peft_server.py"
+
+
+def _serve_and_ask(served_name: str, base_dir: Path, model_args: list[str], mnt: Path, adapter: str) -> dict[str, Any]:
+    """The peft-cpu server (lab venv) on ``base_dir`` with the InferenceService's ``--lora-modules`` (its ``/mnt`` paths
+    under ``mnt``); one greedy completion of 8 tokens with log-probabilities from the adapter and from the base model."""
+    import urllib.request
+
+    port = free_port()
+    args = [arg.replace("=/mnt/", f"={mnt}/mnt/") for arg in model_args]
+    process = subprocess.Popen([str(_lab_python()), str(SERVER), f"--port={port}", "--host=127.0.0.1",
+                               f"--served-model-name={served_name}", f"--model={base_dir}", "--enable-lora", *args],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with opener.open(f"http://127.0.0.1:{port}/health", timeout=5):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"the server did not start: {process.communicate()[0][-3000:]}") from None
+                time.sleep(0.5)
+        out = {}
+        for model in (adapter, served_name):
+            body = json.dumps({"model": model, "prompt": "the cat sat on the", "max_tokens": 8, "logprobs": 1}).encode()
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                             headers={"Content-Type": "application/json"})
+            with opener.open(request, timeout=60) as response:
+                choice = json.loads(response.read())["choices"][0]
+            out[model] = {"text": choice["text"], "tokens": choice["logprobs"]["tokens"],
+                          "logprobs": [round(v, 4) for v in choice["logprobs"]["token_logprobs"]]}
+        return out
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
 def handover(lab: Lab, version: dict[str, Any], *, base_model_uri: str, adapter_uri: str, base_digest: str,
              trained_adapter: Path, keys: dict[str, str], store: dict[str, str]) -> None:
-    """``trainyard promote`` of the registered version, ``trainyard check``, KServe's storage initializer, generate."""
+    """``trainyard promote`` of the registered version, ``trainyard check``, KServe's storage initializer, the server."""
     tenant, config, started = lab.tenant, stack(STACK).config, time.monotonic()
     out = lab.root / "promote" / f"{tenant}-lab-adapter.yaml"
     promoted = promotion.promote(STACK, tenant, lab.mlflow_env["MLFLOW_TRACKING_URI"], out, "--model", version["name"],
-                                 "--version", version["version"], "--gpus", "0", "--cpu", "2", "--memory", "8Gi",
+                                 "--version", version["version"], "--name", "lab-assistant", "--gpus", "0", "--cpu",
+                                 "2", "--memory", "8Gi",
                                  env=lab.mlflow_env)  # as the tenant: its trainyard-mlflow Secret
     LOG.append(f"$ trainyard promote {STACK} --tenant {tenant} --model {version['name']} --version {version['version']} "
-               f"--gpus 0 --cpu 2 --memory 8Gi --out {out.name} -> exit {promoted.returncode}")
+               f"--name lab-assistant --gpus 0 --cpu 2 --memory 8Gi --out {out.name} -> exit {promoted.returncode}")
     LOG.extend(f"    {line}" for line in (promoted.stdout + promoted.stderr).splitlines())
     assert promoted.returncode == 0, promoted.stderr
     isvc = yaml.safe_load(out.read_text())
@@ -323,12 +365,15 @@ def handover(lab: Lab, version: dict[str, Any], *, base_model_uri: str, adapter_
         assert refused.returncode != 0 and ("AccessDenied" in refused.stderr or "403" in refused.stderr), refused.stderr
         assert not (mnt / "refused").exists() or _files(mnt / "refused") == []
 
-    # What the runtime does with the two mounts: the adapter onto the base model, tokens out.
-    out_tokens = lab.helper("generate", str(base_dir), str(adapter_dir), "the cat sat on the")
-    LOG.append(f"$ PeftModel.from_pretrained(/mnt/models, /mnt/adapters/{name}).generate('the cat sat on the', "
-               f"8 tokens) -> {out_tokens}")
-    assert len(out_tokens["new_tokens"]) == 8 and out_tokens["adapter_changes_logits"]
-    LOG.append(f"  (handover: promote, check, download, refusal, generate in {time.monotonic() - started:.0f}s)")
+    # What a LoRA runtime does with the two mounts: the serving program of peft-cpu (vllm-openai's command line and
+    # completions API), given the runtime's arguments with the InferenceService's, on the downloaded directories.
+    answers = _serve_and_ask(isvc["metadata"]["name"], base_dir, predictor["model"]["args"], mnt, name)
+    LOG.append(f"$ peft_server.py --served-model-name={isvc['metadata']['name']} --model=/mnt/models --enable-lora "
+               f"{' '.join(predictor['model']['args'])}; POST /v1/completions 'the cat sat on the' (8 tokens):")
+    LOG.extend(f"    {model}: {json.dumps(answer)}" for model, answer in answers.items())
+    adapter, base = answers[name], answers[isvc["metadata"]["name"]]
+    assert len(adapter["tokens"]) == 8 and adapter["logprobs"] != base["logprobs"], answers  # the adapter is applied
+    LOG.append(f"  (handover: promote, check, download, refusal, serve in {time.monotonic() - started:.0f}s)")
 
 
 def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_promote_and_serve(
@@ -433,7 +478,7 @@ def test_lora_lab_pinned_data_sigterm_resume_provenance_registry_promote_and_ser
         assert {k: version["tags"][f"trainyard.dataset.{k}"] for k in ("name", "licence", "classification")} == {
             k: DATASET_ENTRY[k] for k in ("name", "licence", "classification")}
 
-        # The handover: promote, check, the storage initializer with the serving identity, generate.
+        # The handover: promote, check, the storage initializer with the serving identity, the server.
         handover(lab, version, base_model_uri=model_uri, adapter_uri=adapter_uri, base_digest=base["digest"],
                  trained_adapter=lab.root / "attempt-2" / "output" / "adapter", keys=object_store_keys, store=s3)
     finally:

@@ -65,7 +65,7 @@ def recorded_edges(stack: str | Path, monkeypatch: pytest.MonkeyPatch, config: d
     path = stack if isinstance(stack, Path) else ROOT / "stacks" / f"Pulumi.{stack}.yaml"
     platform_config = yaml.safe_load(path.read_text())["config"]["trainyard:platform"]
     platform_config.setdefault("images", {})
-    if stack == "prod":  # the program refuses placeholder digests on a stack that protects data
+    if stack in ("prod", "staging"):  # the program refuses placeholder digests on a stack that protects data
         platform_config["images"]["lock_file"] = str(registry_filled_lock(Path(tempfile.mkdtemp(prefix="trainyard-lock-"))))
         platform_config["images"]["verify_in_mirror"] = False  # no registry to ask under the mocks
     name = stack if isinstance(stack, str) else path.stem.removeprefix("Pulumi.")
@@ -148,6 +148,16 @@ def test_charts_wait_for_every_crd_and_webhook_guarded_objects_for_the_controlle
     queue = next(k for k in edges if ":kueue.x-k8s.io/v1beta2:ClusterQueue:" in k)
     assert "group:controllers" in edges[queue]
     assert crds & edges[queue] == {"kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition:/clusterqueues.kueue.x-k8s.io"}
+
+
+def test_mlflows_database_and_its_first_backup_wait_for_the_object_stores_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The object store's group ends with its provisioning Job (the buckets); a fresh Cluster's immediate backup and
+    # WAL archiving fail while the backups bucket is missing (the node tier saw `exit status 1` when it raced).
+    edges = recorded_edges("staging", monkeypatch)
+    for kind in (":postgresql.cnpg.io/v1:Cluster:", ":postgresql.cnpg.io/v1:ScheduledBackup:"):
+        found = next(k for k in edges if kind in k)
+        assert {"group:object-store", "group:postgres-operator"} <= edges[found], (found, edges[found])
+    assert "group:object-store" in edges["chart:mlflow"]
 
 
 def test_a_multikueue_cluster_waits_for_its_kubeconfig_secret(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,16 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import ROOT, stack
-from trainyard.serving.promote import ModelRef, PromoteError, base_from_tags, inference_service, resolve, storage_uri, to_file
+from trainyard.serving.promote import (
+    ModelRef,
+    PromoteError,
+    Resources,
+    base_from_tags,
+    inference_service,
+    resolve,
+    storage_uri,
+    to_file,
+)
 
 ADAPTER = ModelRef(
     name="team-a-lab-sft", version="3", alias=None, location="s3://team-a-models/team-a/lab-sft/adapter",
@@ -33,6 +42,41 @@ def test_promote_serves_the_lab_adapter_on_the_base_its_tags_name() -> None:
                                                            "s3://team-a-models/team-a/lab-sft/adapter"]
     assert predictor["model"]["args"] == ["--lora-modules", "team-a-lab-sft=/mnt/adapters/team-a-lab-sft"]
     assert "from the version's tags" in to_file(isvc, ADAPTER, base).splitlines()[0]
+
+
+def test_the_adapter_on_peft_cpu_gets_the_same_predictor_as_on_vllm_and_a_runtime_without_lora_names_those_with() -> None:
+    config = stack("local").config
+    tenant = next(t for t in config.tenants if t.name == "team-a")
+    base = base_from_tags(ADAPTER)
+    vllm = inference_service(config, ROOT, tenant, ADAPTER, name="lab-sft", runtime="vllm-openai", base=base)
+    cpu = inference_service(config, ROOT, tenant, ADAPTER, name="lab-sft", runtime="peft-cpu", base=base)
+    assert cpu["spec"]["predictor"]["model"].pop("runtime") == "peft-cpu"
+    assert cpu["spec"]["predictor"]["model"].pop("modelFormat") == {"name": "huggingface"}
+    for key in ("runtime", "modelFormat"):
+        vllm["spec"]["predictor"]["model"].pop(key)
+    assert cpu == vllm  # the same mounts, --lora-modules and resources: only the runtime differs
+    with pytest.raises(PromoteError, match="runtime huggingface-server does not serve LoRA adapters "
+                                           r"\(no --enable-lora\); approved runtimes that do: vllm-openai, peft-cpu"):
+        inference_service(config, ROOT, tenant, ADAPTER, name="lab-sft", runtime="huggingface-server", base=base)
+
+
+def test_a_cpu_predictor_runs_in_the_stacks_cpu_pool_and_a_named_pool_brings_its_taints() -> None:
+    config = stack("local").config
+    tenant = next(t for t in config.tenants if t.name == "team-a")
+    cpu = inference_service(config, ROOT, tenant, ADAPTER, name="lab-sft", runtime="peft-cpu",
+                            resources=Resources(gpus=0, cpu="1", memory="2Gi"))["spec"]["predictor"]
+    assert cpu["nodeSelector"] == {"trainyard.dev/pool": "cpu"} and "tolerations" not in cpu
+    gpu = inference_service(config, ROOT, tenant, ADAPTER, name="lab-sft", runtime="vllm-openai")["spec"]["predictor"]
+    assert "nodeSelector" not in gpu  # a GPU predictor without --pool: its GPU request places it
+    a100 = inference_service(config, ROOT, tenant, ADAPTER, name="lab-sft", runtime="vllm-openai",
+                             pool="fake-a100")["spec"]["predictor"]
+    pool = config.pool("fake-a100")
+    assert a100["nodeSelector"] == dict(pool.node_labels)
+    assert [t["key"] for t in a100["tolerations"]] == [t.key for t in pool.taints] and pool.taints
+    with pytest.raises(PromoteError, match=r"--pool 'gpu' is not a node pool of this stack \(fake-a100, fake-l4, cpu\)"):
+        inference_service(config, ROOT, tenant, ADAPTER, name="lab-sft", pool="gpu")
+    with pytest.raises(PromoteError, match="--pool cpu is a CPU pool: a predictor with 1 GPU"):
+        inference_service(config, ROOT, tenant, ADAPTER, name="lab-sft", pool="cpu")
 
 
 class Registry:

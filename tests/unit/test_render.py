@@ -118,8 +118,8 @@ def test_render_groups_objects_by_concern_in_apply_order() -> None:
     platform = rendered("prod")
     assert [c.name for c in platform.concerns] == ["controllers", "queueing", "multikueue", "runtimes", "data-cache", "admission",
                                                     "trainjob-resources", "tenants", "runtime-wiring", "network",
-                                                    "postgres-operator", "mlflow", "cert-manager", "serving", "serving-admission",
-                                                    "gpu-operator", "monitoring", "object-store", "object-store-services"]
+                                                    "object-store", "postgres-operator", "mlflow", "cert-manager", "serving",
+                                                    "serving-admission", "gpu-operator", "monitoring", "object-store-services"]
     assert {o["kind"] for o in platform.concern("runtimes").objects} == {"ClusterTrainingRuntime"}
     assert {r.name for r in platform.concern("controllers").releases} == {"jobset", "kueue", "trainer"}
 

@@ -52,9 +52,24 @@ def test_only_the_approved_serving_runtimes_are_installed() -> None:
 def test_a_serving_runtime_with_a_moving_tag_is_refused(tmp_path: Path) -> None:
     source = (ROOT / "serving-runtimes" / "vllm-openai.yaml").read_text()
     bad = tmp_path / "vllm-openai.yaml"
-    bad.write_text(source.replace("vllm/vllm-openai@sha256:", "vllm/vllm-openai:latest#"))
-    with pytest.raises(RuntimeFileError, match="not pinned by digest"):
+    image = next(line.split("image: ")[1] for line in source.splitlines() if "image: " in line)
+    bad.write_text(source.replace(image, "registry.trainyard.internal/vllm/vllm-openai:latest"))
+    with pytest.raises(RuntimeFileError, match=r"spec.containers\[0\].image.*not pinned by digest: no @sha256: in the "
+                                               r"file and no entry in the image lock"):
         serving.load_serving_runtime(bad, stack("prod").config)
+
+
+def test_a_serving_runtime_named_by_tag_takes_the_locks_digest_as_a_training_runtime_does(tmp_path: Path) -> None:
+    from trainyard.supply.lock import ImageLock, LockEntry
+
+    source = (ROOT / "serving-runtimes" / "vllm-openai.yaml").read_text()
+    image = next(line.split("image: ")[1] for line in source.splitlines() if "image: " in line)
+    tagged = tmp_path / "vllm-openai.yaml"
+    tagged.write_text(source.replace(image, "registry.trainyard.internal/vllm/vllm-openai:v0.24.0"))
+    digest = "sha256:" + "ab" * 32
+    lock = ImageLock({"registry.trainyard.internal/vllm/vllm-openai:v0.24.0": LockEntry(digest, "registry")})
+    runtime = serving.load_serving_runtime(tagged, stack("prod").config, lock)
+    assert runtime["spec"]["containers"][0]["image"] == f"registry.trainyard.internal/vllm/vllm-openai:v0.24.0@{digest}"
 
 
 def test_each_tenant_gets_a_predictor_account_whose_secret_kserve_reads_as_s3_credentials() -> None:

@@ -151,9 +151,9 @@ def test_the_lab_images_are_refused_without_real_nodes_naming_the_command(tmp_pa
         list(session.push_lab_images())
 
 
-def test_the_lab_images_are_the_runtimes_image_and_trainers_initializers(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """What `trainyard cluster lab-images` asks of the mirror: the two on-request image sets, nothing else."""
+def test_the_lab_images_are_the_runtimes_image_trainers_initializers_and_the_serving_image(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `trainyard cluster lab-images` asks of the mirror: the three on-request image sets, nothing else."""
     from trainyard.rehearsal import factory, mirror
     from trainyard.rehearsal.session import Rehearsal
     from trainyard.rehearsal.settings import Ports, Settings
@@ -164,4 +164,5 @@ def test_the_lab_images_are_the_runtimes_image_and_trainers_initializers(tmp_pat
     settings = Settings(tools_dir=tmp_path / "no-tools", state_dir=tmp_path / "cluster", ports=Ports())
     session = Rehearsal(open_stack("local"), settings, env={}, real_nodes=True)
     assert list(session.push_lab_images()) == ["pushed"]
-    assert asked == [(factory.LAB, factory.INITIALIZERS)] == [("lora-peft", "trainer-initializers")]
+    assert asked == [(factory.LAB, factory.INITIALIZERS, factory.SERVING)] == [
+        ("lora-peft", "trainer-initializers", "peft-cpu")]

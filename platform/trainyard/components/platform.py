@@ -46,8 +46,10 @@ TYPE_PREFIX = "trainyard:platform"
 # Kueue's and Trainer's webhooks validate queueing objects and runtimes.
 # MLflow's PostgreSQL Cluster and Database are admitted by the CloudNativePG operator's webhooks.
 # KServe's chart asks cert-manager for its webhook certificate, so it waits for cert-manager.
+# MLflow waits for the object store's group too: its provisioning Job creates the artifact and backup buckets, and the
+# ScheduledBackup's immediate first backup (and WAL archiving) of a fresh Cluster fail while the bucket is missing.
 AFTER: dict[str, tuple[str, ...]] = {"queueing": ("controllers",), "runtimes": ("controllers",),
-                                     "multikueue": ("controllers",), "mlflow": ("postgres-operator",),
+                                     "multikueue": ("controllers",), "mlflow": ("postgres-operator", "object-store"),
                                      "serving": ("cert-manager",)}
 # Tenant namespaces are created only once their queues and the admission rules that guard them exist.
 TENANTS_AFTER: tuple[str, ...] = ("queueing", "admission", "serving-admission")
@@ -321,9 +323,15 @@ class Platform(pulumi.ComponentResource):
 
         self.crds = ConcernGroup(config, Concern("crds", objects=rendered.crds), declared, self.generated, child, [])
         self.groups: dict[str, ConcernGroup] = {}
+        present = {c.name for c in rendered.concerns if c.objects or c.releases or c.after_releases}
         for concern in rendered.concerns:
-            if not concern.objects and not concern.releases and not concern.after_releases:
+            if concern.name not in present:
                 continue
+            # A concern waits for the groups AFTER names that the stack has; each comes earlier in the render order.
+            missing = [c for c in AFTER.get(concern.name, ()) if c in present and c not in self.groups]
+            if missing:
+                raise RuntimeError(f"concern {concern.name} is rendered before {', '.join(missing)}, which it waits for "
+                                   "(platform.AFTER): reorder render_platform's concerns")
             after = [self.groups[c] for c in AFTER.get(concern.name, ()) if c in self.groups]
             concern = multikueue.with_kubeconfigs(config, concern, root)  # noqa: PLW2901 - deploy-time secrets put in
             self.groups[concern.name] = ConcernGroup(config, concern, declared, self.generated, child, list(after),

@@ -156,6 +156,8 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
             tenants.build(config),
             runtimes.build_tenant_wiring(config),
             network.build(config),
+            # Before MLflow: its buckets (the provisioning Job) exist before its database is backed up.
+            object_store.build(config, lock),
             mlflow.build_operator(config, lock),
             mlflow.build(config, lock),
             cert_manager.build(config, lock),
@@ -163,7 +165,6 @@ def render_platform(config: PlatformConfig, root: Path, stack_dir: Path | None =
             serving_admission.build(config),
             gpu_operator.build(config, lock),
             monitoring.build(config),
-            object_store.build(config, lock),
             # Last: the service identities' Secrets go into namespaces other concerns declare.
             object_store.service_credentials(config),
         )

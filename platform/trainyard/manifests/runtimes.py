@@ -117,20 +117,27 @@ def load_runtime(path: Path, config: PlatformConfig, lock: ImageLock | None = No
     containers = containers_of(doc)
     if not containers:
         raise RuntimeFileError(shown, "spec.template.spec.replicatedJobs", "defines no containers")
+    pin_images(shown, containers, config, pins)
+    return doc
+
+
+def pin_images(shown: str, containers: list[tuple[str, dict[str, Any]]], config: PlatformConfig,
+               lock: ImageLock) -> None:
+    """Each container's image, checked and pinned in place: from an approved registry, and pinned by digest (the
+    file's own ``@sha256:``, else the lock's for its tag). Training and serving runtime files share this rule."""
     for field, container in containers:
         image = container.get("image", "")
         if not image_allowed(image, config.runtimes.approved_registries):
             raise RuntimeFileError(shown, f"{field}.image", f"{image!r} is not from an approved registry "
                                 f"({', '.join(config.runtimes.approved_registries)})")
         try:
-            pinned = pins.pin(ImageRef.parse(image))
+            pinned = lock.pin(ImageRef.parse(image))
         except ReferenceError as exc:
             raise RuntimeFileError(shown, f"{field}.image", str(exc)) from None
         if pinned.digest is None:
             raise RuntimeFileError(shown, f"{field}.image", f"{image!r} is not pinned by digest: no @sha256: in the "
                                    f"file and no entry in the image lock (`trainyard images lock STACK`)")
         container["image"] = str(pinned)
-    return doc
 
 
 def models_bucket(config: PlatformConfig, tenant_name: str) -> str:

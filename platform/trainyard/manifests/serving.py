@@ -68,7 +68,7 @@ from trainyard.manifests.network import (
     object_store_allow,
     tcp_ports,
 )
-from trainyard.manifests.runtimes import DIGEST, RuntimeFileError, image_allowed, read_runtime_file
+from trainyard.manifests.runtimes import RuntimeFileError, pin_images, read_runtime_file
 from trainyard.manifests.tenants import role_binding_for
 from trainyard.supply.lock import ImageLock
 
@@ -171,14 +171,15 @@ def chart_release(config: PlatformConfig, lock: ImageLock | None = None) -> Char
 # ---------------------------------------------------------------- runtimes
 
 
-def _runtime_containers(runtime: Manifest) -> list[tuple[str, dict[str, Any]]]:
+def runtime_containers(runtime: Manifest) -> list[tuple[str, dict[str, Any]]]:
     spec = runtime.get("spec") or {}
     return [(f"spec.{key}[{i}]", c) for key in ("initContainers", "containers")
             for i, c in enumerate(spec.get(key) or []) if isinstance(c, dict)]
 
 
-def load_serving_runtime(path: Path, config: PlatformConfig) -> Manifest:
-    """A reviewed ClusterServingRuntime file; RuntimeFileError names the file, field and reason."""
+def load_serving_runtime(path: Path, config: PlatformConfig, lock: ImageLock | None = None) -> Manifest:
+    """A reviewed ClusterServingRuntime file, with every image pinned by digest as a training runtime's are
+    (``runtimes.pin_images``: the file's own, else the lock's); RuntimeFileError names the file, field and reason."""
     shown = str(path)
     doc = read_runtime_file(path, config.serving.runtimes_directory if config.serving else "serving runtimes")
     if not isinstance(doc, dict) or doc.get("kind") != "ClusterServingRuntime":
@@ -187,17 +188,10 @@ def load_serving_runtime(path: Path, config: PlatformConfig) -> Manifest:
         raise RuntimeFileError(shown, "apiVersion", f"must be {catalog.KSERVE_RUNTIME_API}")
     if (doc.get("metadata") or {}).get("name") != path.stem:
         raise RuntimeFileError(shown, "metadata.name", f"must equal the file name {path.stem!r}")
-    containers = _runtime_containers(doc)
+    containers = runtime_containers(doc)
     if not containers:
         raise RuntimeFileError(shown, "spec.containers", "defines no containers")
-    registries = config.runtimes.approved_registries
-    for field, container in containers:
-        image = container.get("image", "")
-        if not image_allowed(image, registries):
-            raise RuntimeFileError(shown, f"{field}.image",
-                                   f"{image!r} is not from an approved registry ({', '.join(registries)})")
-        if not DIGEST.search(image):
-            raise RuntimeFileError(shown, f"{field}.image", f"{image!r} is not pinned by digest (@sha256:...)")
+    pin_images(shown, containers, config, lock if lock is not None else ImageLock())
     return doc
 
 
@@ -208,10 +202,10 @@ def approved_serving_runtime(source: Manifest) -> Manifest:
     return runtime
 
 
-def serving_runtimes(config: PlatformConfig, root: Path) -> list[Manifest]:
+def serving_runtimes(config: PlatformConfig, root: Path, lock: ImageLock | None = None) -> list[Manifest]:
     serving = enabled(config)
     directory = root / serving.runtimes_directory
-    return [approved_serving_runtime(load_serving_runtime(directory / f"{name}.yaml", config))
+    return [approved_serving_runtime(load_serving_runtime(directory / f"{name}.yaml", config, lock))
             for name in serving.approved_runtimes]
 
 
@@ -311,6 +305,6 @@ def build(config: PlatformConfig, root: Path, lock: ImageLock | None = None) -> 
     objects: list[Manifest] = []
     if not release.external:
         objects += [system_namespace(release.namespace, COMPONENT), *controller_policies(config, release.namespace, COMPONENT)]
-    objects += serving_runtimes(config, root)
+    objects += serving_runtimes(config, root, lock)
     return Concern("serving", objects=tuple(objects), releases=(release,),
                    tenant_objects={t.name: tenant_objects(config, t) for t in config.tenants})

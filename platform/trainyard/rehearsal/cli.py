@@ -261,8 +261,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                          "env: variables; "
                          "smoke: one TrainJob per tenant, admitted, placed on its pool and completed; "
                          "kubeconfig --tenant T: print the path of a kubeconfig of a member of tenant T; "
-                         "lab-images: (real nodes) build, push and lock the lab's lora-peft CPU image and Trainer's "
-                         "initializers (~1.2 GB; then deploy); "
+                         "lab-images: (real nodes) build, push and lock the lab's lora-peft CPU image, Trainer's "
+                         "initializers and the peft-cpu serving image (~1.2 GB; then deploy); "
                          "node-up/node-down [--node NAME]: a real node (containerd, CNI bridge, kubelet; root) beside the "
                          "running control plane, and its clean stop")
     cluster.add_argument("stack", metavar="STACK", nargs="?", help="stack whose pools and Kueue settings to use (default local)")

@@ -3,10 +3,12 @@
 No container registry is reachable, so the images the charts pull are made on this machine, as an air-gapped site
 fills its own mirror: the controllers' (below), SeaweedFS's (``seaweedfs_image.py``) and Trainyard's own object-store
 provisioner (``provisioner_image.py``, on the factory's Python base, ``python_base.py``). ``build_images`` builds the
-ones a list of chart components needs, and on request (``LAB``, not a chart's) the lab's CPU stand-in for the
+ones a list of chart components needs (for KServe's, its storage initializer too: ``storage_initializer_image.py``),
+and on request (``LAB``, not a chart's) the lab's CPU stand-in for the
 ``lora-peft`` runtime's image (``lab_image.py``: Debian's CPU PyTorch, ~1 GB, so never built unasked) and the
 barman-cloud CNPG-I plugin's two images (``barman_cloud_image.py``: the site installs that plugin; no chart) and
-Trainer's dataset and model initializer images (``initializer_image.py``: what the lab's runtimes run first); where the
+Trainer's dataset and model initializer images (``initializer_image.py``: what the lab's runtimes run first) and the
+``peft-cpu`` serving runtime's image (``serving_image.py``: the lab image and its server program); where the
 stack installs MLflow's chart, its tracking server (``mlflow_image.py``: mlflow[auth] on the Python base, several
 hundred MB of wheels) and its init containers' busybox (``busybox_image.py``: compiled from source). ``STAND_INS``
 gathers what the factory builds in place of the version a name says. The controller images are each laid out as its
@@ -79,6 +81,8 @@ from trainyard.rehearsal import (
     postgres_image,
     provisioner_image,
     seaweedfs_image,
+    serving_image,
+    storage_initializer_image,
 )
 from trainyard.rehearsal.base_layer import ENV, base_layer
 from trainyard.rehearsal.image_cache import (
@@ -141,6 +145,7 @@ RECIPES = (
 )
 CONTROLLERS = tuple(dict.fromkeys(recipe.component for recipe in RECIPES))
 SEAWEEDFS = "seaweedfs"
+KSERVE = storage_initializer_image.COMPONENT
 CNPG = "cnpg"
 # Built only when asked for: the MLflow chart's server image and its init containers' busybox (mlflow_image.py,
 # busybox_image.py); the rehearsal asks where the stack installs the chart (mlflow.enabled: mirror.installed_controllers).
@@ -155,7 +160,9 @@ BARMAN_CLOUD = barman_cloud_image.COMPONENT
 # Built only when asked for: Trainer's dataset and model initializer images, which the lab's runtimes run before
 # the trainer (Python programs of Trainer's module on the factory's Python base; initializer_image.py).
 INITIALIZERS = initializer_image.COMPONENT
-ON_REQUEST = (LAB, BARMAN_CLOUD, INITIALIZERS)
+# Built only when asked for: the peft-cpu serving runtime's image (serving_image.py: the lab image + its server).
+SERVING = serving_image.COMPONENT
+ON_REQUEST = (LAB, BARMAN_CLOUD, INITIALIZERS, SERVING)
 # What the factory builds in place of what a name says, and why (each module's record; docs/architecture.md).
 STAND_INS: dict[str, dict[str, object]] = {SEAWEEDFS: dict(seaweedfs_image.STAND_INS), LAB: dict(lab_image.STAND_INS),
                                            BARMAN_CLOUD: dict(barman_cloud_image.STAND_INS)}
@@ -239,6 +246,7 @@ def build_images(config: PlatformConfig, tools_dir: Path, cache: Path | None = N
     and the provisioning Job's (Trainyard's own, on the Python base), which creates the buckets on it; for ``cnpg``,
     where the stack declares MLflow's database, the PostgreSQL operand (``postgres_image.py``); for ``lora-peft`` the
     lab's CPU image of that runtime (``lab_image.py``; ``project``: where runtimes/ is, default the project root); for
+    ``peft-cpu`` that serving runtime's, on the lab image (``serving_image.py``); for
     ``barman-cloud`` the plugin's and its sidecar's (``barman_cloud_image.py``); for ``trainer-initializers`` Trainer's
     dataset and model initializers (``initializer_image.py``); for ``mlflow`` the chart's server (``mlflow_image.py``)
     and its init containers' busybox (``busybox_image.py``)."""
@@ -249,6 +257,9 @@ def build_images(config: PlatformConfig, tools_dir: Path, cache: Path | None = N
                          f"{', '.join((*COMPONENTS, *ON_REQUEST))})")
     directory = cache or cache_root()
     out = build_controller_images(config, tools_dir, directory, [c for c in wanted if c in CONTROLLERS], root)
+    if KSERVE in wanted:
+        # The chart's ClusterStorageContainer: every predictor pod's storage-initializer.
+        out.append(storage_initializer_image.build(config, directory, root))
     if SEAWEEDFS in wanted:
         out.append(seaweedfs_image.build(config, tools_dir, directory, root))
         out.append(provisioner_image.build(config, directory, root))
@@ -257,6 +268,8 @@ def build_images(config: PlatformConfig, tools_dir: Path, cache: Path | None = N
         out.append(postgres_image.build(config, directory))
     if LAB in wanted:
         out.append(lab_image.build(config, project or project_root(), directory))
+    if SERVING in wanted:
+        out.append(serving_image.build(config, project or project_root(), directory))
     if BARMAN_CLOUD in wanted:
         out.extend(barman_cloud_image.build(config, tools_dir, directory))
     if INITIALIZERS in wanted:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.installs import upstream_image
-from trainyard.rehearsal.images import ImageError, Layer, write_image
+from trainyard.rehearsal.images import ImageError, Layer, write_image, write_image_on
 from trainyard.supply.reference import ImageRef, mirrored
 
 # Bumped whenever write_image or the recipe changes how the same inputs are laid out (a new cache key).
@@ -103,15 +103,16 @@ def cached_layout(cache: Path, layers: Sequence[Layer], config: dict[str, object
 
 
 def cached_build(cache: Path, key: str, build: Callable[[], Sequence[Layer]],
-                 config: dict[str, object]) -> tuple[Path, str, bool]:
-    """The layout named ``key`` from ``cache``; when absent, ``build()``'s layers + ``config`` written there first."""
+                 config: dict[str, object], base: Path | None = None) -> tuple[Path, str, bool]:
+    """The layout named ``key`` from ``cache``; when absent, ``build()``'s layers + ``config`` written there first (on
+    the layers of the layout ``base``, when given: ``images.write_image_on``)."""
     final = cache / key
     digest = layout_digest(final)
     if digest is not None:
         return final, digest, True
     cache.mkdir(parents=True, exist_ok=True)
     temporary = cache / f".tmp-{final.name[:16]}-{os.getpid()}"
-    digest = write_image(temporary, build(), config)
+    digest = write_image(temporary, build(), config) if base is None else write_image_on(base, temporary, build(), config)
     shutil.rmtree(final, ignore_errors=True)  # an incomplete entry (a crash, a full disk) is rebuilt
     try:
         os.replace(temporary, final)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import shutil
 import subprocess
 import tarfile
@@ -144,19 +145,55 @@ def write_layout(directory: Path, entries: Sequence[Entry], config: dict[str, ob
 def write_image(directory: Path, layers: Sequence[Layer], config: dict[str, object]) -> str:
     """Write an image of ``layers`` (bottom first) as an OCI layout in ``directory`` (replaced); return the manifest's
     digest. One layer gives exactly the bytes ``write_layout`` always gave (the pause and busybox digests hold)."""
+    return _write(directory, [], [], layers, config)
+
+
+def write_image_on(base: Path, directory: Path, layers: Sequence[Layer], config: dict[str, object]) -> str:
+    """``write_image`` of the OCI layout ``base``'s layers (bottom first), then ``layers``, with ``config``: what a
+    Containerfile ``FROM base`` builds. The base's layer blobs are hard-linked (copied across file systems), not
+    rebuilt, and the bytes written are those ``write_image`` of every layer would write, so the digest is too."""
+    try:
+        index = json.loads((base / "index.json").read_bytes())
+        manifest = json.loads(_blob(base, index["manifests"][0]["digest"]).read_bytes())
+        config_of_base = json.loads(_blob(base, manifest["config"]["digest"]).read_bytes())
+        base_layers, diff_ids = list(manifest["layers"]), list(config_of_base["rootfs"]["diff_ids"])
+        history = list(config_of_base["history"])
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        raise ImageError(f"{base}: not an OCI layout of one image: {exc}") from None
+    if any(layer.get("mediaType") != LAYER for layer in base_layers) or \
+            [layer.get("digest") for layer in base_layers] != diff_ids or len(history) != len(diff_ids):
+        raise ImageError(f"{base}: only images of uncompressed layers (as write_image writes) can be built on")
+    return _write(directory, [(_blob(base, d), d, layer["size"]) for d, layer in zip(diff_ids, base_layers, strict=True)],
+                  history, layers, config)
+
+
+def _blob(layout: Path, digest: str) -> Path:
+    return layout / "blobs" / "sha256" / digest.removeprefix("sha256:")
+
+
+def _write(directory: Path, base: Sequence[tuple[Path, str, int]], history: Sequence[object], layers: Sequence[Layer],
+           config: dict[str, object]) -> str:
+    """The layout of ``base``'s layer blobs (path, digest, size; linked) with ``history``, then ``layers``."""
     tars = [layer_tar(layer.entries) for layer in layers]
     image_config = _json({
         "architecture": "amd64", "os": "linux", "created": "1970-01-01T00:00:00Z", "config": config,
-        "rootfs": {"type": "layers", "diff_ids": [_sha256(tar) for tar in tars]},
-        "history": [{"created": "1970-01-01T00:00:00Z", "created_by": layer.created_by} for layer in layers]})
+        "rootfs": {"type": "layers", "diff_ids": [*(d for _, d, _ in base), *(_sha256(tar) for tar in tars)]},
+        "history": [*history, *({"created": "1970-01-01T00:00:00Z", "created_by": layer.created_by}
+                                for layer in layers)]})
     manifest = _json({
         "schemaVersion": 2, "mediaType": MANIFEST,
         "config": {"mediaType": CONFIG, "digest": _sha256(image_config), "size": len(image_config)},
-        "layers": [{"mediaType": LAYER, "digest": _sha256(tar), "size": len(tar)} for tar in tars]})
+        "layers": [*({"mediaType": LAYER, "digest": d, "size": size} for _, d, size in base),
+                   *({"mediaType": LAYER, "digest": _sha256(tar), "size": len(tar)} for tar in tars)]})
     if directory.exists():
         shutil.rmtree(directory)
     blobs = directory / "blobs" / "sha256"
     blobs.mkdir(parents=True)
+    for path, digest, _ in base:
+        try:
+            os.link(path, _blob(directory, digest))
+        except OSError:
+            shutil.copyfile(path, _blob(directory, digest))
     for blob in (*tars, image_config, manifest):
         (blobs / _sha256(blob).removeprefix("sha256:")).write_bytes(blob)
     (directory / "oci-layout").write_bytes(_json({"imageLayoutVersion": "1.0.0"}))

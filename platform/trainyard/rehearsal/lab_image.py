@@ -57,9 +57,10 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from trainyard.config.model import PlatformConfig
 from trainyard.manifests.runtimes import containers_of, read_runtime_file
@@ -119,10 +120,16 @@ STAND_INS = {"0.1.0": StandIn("registry.trainyard.internal/pytorch/pytorch:2.10.
 def runtime_image(project: Path, config: PlatformConfig) -> ImageRef:
     """The image the lora-peft runtime's ``node`` container names (by tag; the lock adds the digest)."""
     path = project / config.runtimes.directory / f"{RUNTIME}.yaml"
-    doc = read_runtime_file(path)
-    images = [c.get("image", "") for _, c in containers_of(doc) if c.get("name") == CONTAINER]
+    return container_image(path, containers_of(read_runtime_file(path)), CONTAINER, "the lab image")
+
+
+def container_image(path: Path, containers: Iterable[tuple[str, dict[str, Any]]], container: str,
+                    image: str) -> ImageRef:
+    """The image (without a digest) of the one container named ``container`` of a runtime file: what ``image`` (the
+    factory's image of that runtime) is pushed as."""
+    images = [c.get("image", "") for _, c in containers if c.get("name") == container]
     if len(images) != 1:
-        raise ImageError(f"{path}: no single container named {CONTAINER!r}: the lab image is the one it runs")
+        raise ImageError(f"{path}: no single container named {container!r}: {image} is the one it runs")
     try:
         return ImageRef.parse(images[0]).with_digest(None)
     except ReferenceError as exc:
@@ -280,9 +287,20 @@ def image_config(name: ImageRef, stand_in: StandIn, pins: debian.PinFile, locked
     }
 
 
-def build(config: PlatformConfig, project: Path, cache: Path, deb_cache: Path | None = None,
-          wheel_cache: Path | None = None, apt_cache: Path | None = None) -> BuiltImage:
-    """The lab's CPU image of the lora-peft runtime (or the cached one of the same inputs)."""
+@dataclass(frozen=True)
+class Recipe:
+    """How the lab image is made: what ``build`` caches, and what an image built FROM it (``serving_image``) extends."""
+
+    name: ImageRef
+    parts: list[object]  # the cache key's parts (with ``config``: ``image_cache.recipe_key``)
+    layers: Callable[[], list[Layer]]  # made only on a cache miss
+    config: dict[str, object]
+    note: str
+
+
+def recipe(config: PlatformConfig, project: Path, deb_cache: Path | None = None, wheel_cache: Path | None = None,
+           apt_cache: Path | None = None) -> Recipe:
+    """The lab's CPU image of the lora-peft runtime, checked against what it stands in for, not yet built."""
     name = runtime_image(project, config)
     programs = project / PROGRAMS
     try:
@@ -308,10 +326,17 @@ def build(config: PlatformConfig, project: Path, cache: Path, deb_cache: Path | 
 
     parts = [*base.key_parts(), layer_key(libuv_layer(target.site_packages)), layer_key(program),
              {"user": layer_key(user_layer(b"")), "ca-bundle-of": debian.pins_key([ca_pin])}]
-    layout, digest, cached = cached_build(cache, recipe_key(parts, config_doc), layers, config_doc)
-    return BuiltImage(COMPONENT, name, None, layout, digest, cached,
-                      note=f"CPU stand-in: Debian torch {stand_in.debian_torch} for torch {stand_in.production_torch} "
-                           f"CUDA, CPython {stand_in.python}")
+    return Recipe(name, parts, layers, config_doc,
+                  note=f"CPU stand-in: Debian torch {stand_in.debian_torch} for torch {stand_in.production_torch} "
+                       f"CUDA, CPython {stand_in.python}")
+
+
+def build(config: PlatformConfig, project: Path, cache: Path, deb_cache: Path | None = None,
+          wheel_cache: Path | None = None, apt_cache: Path | None = None) -> BuiltImage:
+    """The lab's CPU image of the lora-peft runtime (or the cached one of the same inputs)."""
+    made = recipe(config, project, deb_cache, wheel_cache, apt_cache)
+    layout, digest, cached = cached_build(cache, recipe_key(made.parts, made.config), made.layers, made.config)
+    return BuiltImage(COMPONENT, made.name, None, layout, digest, cached, note=made.note)
 
 
 # ------------------------------------------------------------------------------------------ locking

@@ -95,8 +95,6 @@ RELOCK = ("python -m trainyard.rehearsal.python_base lock platform/trainyard/reh
 # (with its libpq: the binary extra), before psycopg2.
 PSYCOPG, PSYCOPG2 = ("psycopg", "psycopg-binary"), ("psycopg2-binary",)
 
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9,._ -]+\])?)==(\S+)$")
-
 
 def target(config: PlatformConfig) -> ImageRef:
     """The name the chart's server, its migration init container and the tenant sync sidecar pull (before the lock's
@@ -106,16 +104,7 @@ def target(config: PlatformConfig) -> ImageRef:
 
 def top_level_pins(path: Path = REQUIREMENTS) -> dict[str, str]:
     """The requirements file's pins: each requirement as written, extras included (``mlflow[auth]``) -> version."""
-    pins = {}
-    for raw in path.read_text(encoding="utf-8").splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        match = _PIN.match(line)
-        if match is None:
-            raise ImageError(f"{path.name}: {line!r} is not `name[extras]==version`")
-        pins[match.group(1)] = match.group(2)
-    return pins
+    return wheels.top_level_pins(path)
 
 
 def _release(version: str) -> tuple[int, ...]:

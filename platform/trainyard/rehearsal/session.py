@@ -142,6 +142,7 @@ class Rehearsal:
     def push_lab_images(self) -> Iterator[str]:
         """The images a ``lora-peft`` TrainJob's pods run, for the real node: the lab's CPU stand-in of the runtime's
         image and Trainer's dataset and model initializers (``factory.ON_REQUEST``: ~1.2 GB, so not part of ``up``),
+        and the ``peft-cpu`` serving runtime's image that serves what the lab trains (the lab image's layers + one),
         built or taken from the factory's cache, pushed to the loopback mirror and locked in the rehearsal's lock, so
         the next ``deploy`` renders the runtimes with their digests. Yields one line per thing done."""
         from trainyard.rehearsal.images import ImageError
@@ -152,7 +153,7 @@ class Rehearsal:
                                f"{self.stack.name} --real-nodes` first")
         try:
             yield from push_images(self.stack, self.config, self.in_cluster, self.settings.tools_dir,
-                                   (factory.LAB, factory.INITIALIZERS))
+                                   (factory.LAB, factory.INITIALIZERS, factory.SERVING))
         except ImageError as exc:
             raise ClusterError(f"the lab's images: {exc}") from None
 

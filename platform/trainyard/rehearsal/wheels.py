@@ -94,6 +94,24 @@ def read_lock(path: Path) -> list[WheelPin]:
     return pins
 
 
+_TOP_LEVEL_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9,._ -]+\])?)==(\S+)$")
+
+
+def top_level_pins(path: Path) -> dict[str, str]:
+    """An image's requirements file (``name[extras]==version`` lines, comments ignored): each requirement as written,
+    extras included (``mlflow[auth]``) -> version. ImageError names a line that is not an exact pin."""
+    pins = {}
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        match = _TOP_LEVEL_PIN.match(line)
+        if match is None:
+            raise ImageError(f"{path.name}: {line!r} is not `name[extras]==version`")
+        pins[match.group(1)] = match.group(2)
+    return pins
+
+
 def canonical(name: str) -> str:
     """A distribution's normalized name (PEP 503)."""
     return re.sub(r"[-_.]+", "-", name).lower()

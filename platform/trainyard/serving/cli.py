@@ -76,7 +76,7 @@ def _cmd_promote(args: argparse.Namespace) -> int:
         name = args.name or args.model.lower().replace("_", "-").replace(".", "-")
         isvc = inference_service(config, stack.root, tenant, ref, name=name, runtime=args.runtime,
                                  resources=Resources(gpus=args.gpus, cpu=args.cpu, memory=args.memory),
-                                 base=base, expose=args.expose)
+                                 base=base, expose=args.expose, pool=args.pool)
     except (PromoteError, RuntimeFileError) as exc:
         raise UsageError(str(exc)) from None
     print(f"{args.model} version {ref.version}" + (f" (alias {ref.alias})" if ref.alias else "")
@@ -122,6 +122,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     cmd.add_argument("--gpus", type=int, default=1, help="nvidia.com/gpu limit (default 1; 0 for CPU)")
     cmd.add_argument("--cpu", default="4", help="CPU request and limit (default 4)")
     cmd.add_argument("--memory", default="32Gi", help="memory request and limit (default 32Gi)")
+    cmd.add_argument("--pool", help="the node pool the predictor runs in: its node labels as nodeSelector, its taints "
+                                    "tolerated (default with --gpus 0: the stack's first CPU pool)")
     cmd.add_argument("--expose", action="store_true",
                      help="no cluster-local label (only for serving.exposure.public_tenants)")
     cmd.add_argument("--tracking-uri", help="MLflow server (default: $MLFLOW_TRACKING_URI)")

@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from trainyard.config.model import PlatformConfig, Tenant
+from trainyard.manifests.kueue import toleration_for
 from trainyard.manifests.meta import TENANT_LABEL, Manifest
 from trainyard.manifests.serving import (
     CLUSTER_LOCAL,
@@ -186,16 +187,39 @@ def _runtime(config: PlatformConfig, root: Path, name: str | None) -> Manifest:
     chosen = name or serving.default_runtime or serving.approved_runtimes[0]
     if chosen not in serving.approved_runtimes:
         raise PromoteError(f"runtime {chosen!r} is not approved on this stack ({', '.join(serving.approved_runtimes)})")
-    return load_serving_runtime(root / serving.runtimes_directory / f"{chosen}.yaml", config)
+    # The stack's image lock pins a runtime file that names its image by tag, as the render does.
+    from trainyard.manifests import image_lock
+
+    return load_serving_runtime(root / serving.runtimes_directory / f"{chosen}.yaml", config, image_lock(config, root))
 
 
 def _supports_lora(runtime: Manifest) -> bool:
     return any(ENABLE_LORA in (c.get("args") or []) for c in runtime["spec"]["containers"])
 
 
+def placement(config: PlatformConfig, pool_name: str | None, gpus: int) -> dict[str, Any]:
+    """The predictor's ``nodeSelector`` and ``tolerations`` for the node pool it runs in: ``pool_name``, else, for a
+    predictor without GPUs, the stack's first CPU pool (so that it is not scheduled onto a GPU node); none for a GPU
+    predictor without a pool (the GPU request places it)."""
+    if pool_name is None:
+        if gpus or not config.cpu_pools:
+            return {}
+        pool_name = config.cpu_pools[0].name
+    pool = next((p for p in config.pools if p.name == pool_name), None)
+    if pool is None:
+        raise PromoteError(f"--pool {pool_name!r} is not a node pool of this stack "
+                           f"({', '.join(p.name for p in config.pools) or 'none'})")
+    if gpus and config.gpu_pool(pool.name) is None:
+        raise PromoteError(f"--pool {pool.name} is a CPU pool: a predictor with {gpus} GPU(s) would never be scheduled")
+    out: dict[str, Any] = {"nodeSelector": dict(pool.node_labels)}
+    if pool.taints:
+        out["tolerations"] = [toleration_for(t.key, t.value, t.effect) for t in pool.taints]
+    return out
+
+
 def inference_service(config: PlatformConfig, root: Path, tenant: Tenant, ref: ModelRef, *, name: str,
                       runtime: str | None = None, resources: Resources = Resources(),
-                      base: ModelRef | None = None, expose: bool = False) -> Manifest:
+                      base: ModelRef | None = None, expose: bool = False, pool: str | None = None) -> Manifest:
     """The InferenceService for ``ref`` (an adapter on ``base`` when given), as a plain manifest."""
     serving = enabled(config)
     served = _runtime(config, root, runtime)
@@ -215,6 +239,7 @@ def inference_service(config: PlatformConfig, root: Path, tenant: Tenant, ref: M
         # The namespace enforces the restricted Pod Security Standard; KServe does not carry a runtime's
         # pod-level securityContext into the predictor pod, so the InferenceService sets it.
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        **placement(config, pool, resources.gpus),
     }
     annotations = {f"{ANNOTATION_PREFIX}registered-model": ref.name, f"{ANNOTATION_PREFIX}model-version": ref.version}
     adapter_uri = storage_uri(config, tenant, ref)
@@ -223,7 +248,10 @@ def inference_service(config: PlatformConfig, root: Path, tenant: Tenant, ref: M
         annotations[f"{ANNOTATION_PREFIX}model-source"] = adapter_uri
     else:
         if not _supports_lora(served):
-            raise PromoteError(f"runtime {runtime_name} does not serve LoRA adapters (no {ENABLE_LORA}); use vllm-openai")
+            lora = [name for name in serving.approved_runtimes if name != runtime_name
+                    and _supports_lora(_runtime(config, root, name))]
+            raise PromoteError(f"runtime {runtime_name} does not serve LoRA adapters (no {ENABLE_LORA}); approved "
+                               f"runtimes that do: {', '.join(lora) or 'none'}")
         base_uri = storage_uri(config, tenant, base)
         adapter_dir = f"{ADAPTERS_DIR}/{ref.name}"
         predictor["storageUris"] = [{"uri": base_uri, "mountPath": MODEL_DIR}, {"uri": adapter_uri, "mountPath": adapter_dir}]

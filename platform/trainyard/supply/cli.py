@@ -359,13 +359,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     build.add_argument("stack", metavar="STACK", help=STACK_HELP + " (with images.registry_mirror)")
     build.add_argument("--component", action="append",
                        choices=("kueue", "jobset", "trainer", "cnpg", "seaweedfs", "kserve", "lora-peft", "barman-cloud",
-                                "trainer-initializers", "mlflow"),
+                                "trainer-initializers", "mlflow", "peft-cpu"),
                        help="only this component's images (repeatable; seaweedfs: the server and the provisioner; "
                             "kserve: the controller and its chart's kube-rbac-proxy sidecar; lora-peft: the lab's CPU "
                             "stand-in for that runtime's image, ~1 GB, barman-cloud: the CNPG-I plugin's image and "
                             "its sidecar's (tools/build.sh barman-cloud), and trainer-initializers: Trainer's dataset "
                             "and model initializer images (from its Go module's Python code), mlflow: the MLflow chart's server "
-                            "image (MLflow and its drivers from a wheel lock), built only when named; "
+                            "image (MLflow and its drivers from a wheel lock), peft-cpu: that serving runtime's image (the "
+                            "lab image and its server), built only when named; "
                             "default all charts')")
     build.add_argument("--cache", metavar="DIR", help="layout cache (default $TRAINYARD_IMAGE_CACHE or "
                                                       "$XDG_CACHE_HOME/trainyard/images)")

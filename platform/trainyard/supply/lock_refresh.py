@@ -51,15 +51,22 @@ class LockRefresh:
 
 
 def seeded_lock(stack: Stack, lock: ImageLock) -> ImageLock:
-    """``lock`` plus a placeholder for every runtime image it lacks, so a new image can be rendered, then locked."""
-    directory = stack.root / stack.config.runtimes.directory
+    """``lock`` plus a placeholder for every image an approved training or serving runtime names by tag only and the
+    lock lacks, so a new image can be rendered, then locked."""
+    from trainyard.manifests.serving import runtime_containers
+
+    config = stack.config
+    files = [(stack.root / config.runtimes.directory / f"{name}.yaml", containers_of) for name in config.runtimes.approved]
+    if config.serving is not None:
+        files += [(stack.root / config.serving.runtimes_directory / f"{name}.yaml", runtime_containers)
+                  for name in config.serving.approved_runtimes]
     seeded = lock
-    for name in stack.config.runtimes.approved:
+    for path, containers in files:
         try:
-            doc = yamlio.safe_load((directory / f"{name}.yaml").read_text(encoding="utf-8"))
+            doc = yamlio.safe_load(path.read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError):
             continue  # the render reports the broken file
-        for _, container in containers_of(doc) if isinstance(doc, dict) else []:
+        for _, container in containers(doc) if isinstance(doc, dict) else []:
             try:
                 ref = ImageRef.parse(str(container.get("image", "")))
             except ReferenceError:

@@ -4,7 +4,7 @@ deployed the whole platform on its own control plane and node, ~4-5 min each).
 ``live`` is the rehearsal ``make up`` starts, with the MLflow database and backups and the site's Prometheus declared
 (``shared.OVERRIDES``): the control plane, node-0, ``pulumi up``, every controller, the PostgreSQL Cluster and the
 Prometheus Ready. Its modules run in the order of ``ORDER``, which is the story a platform team lives: the platform
-installed and used, monitored, the lab trained on it, its database backed up and restored, then faults and
+installed and used, monitored, the lab trained on it and its adapter served, its database backed up and restored, then faults and
 ``pulumi destroy`` last, since they take the platform down. A module not listed is refused (it would run at an
 arbitrary point of that story).
 """
@@ -20,7 +20,7 @@ from tests.node.one_node import deployed_platform
 from tests.node.platform.shared import OVERRIDES, TIMINGS, TOOLS
 from trainyard.rehearsal.session import Rehearsal
 
-ORDER = ("test_controllers", "test_monitoring", "test_lab", "test_postgres", "test_faults_and_destroy")
+ORDER = ("test_controllers", "test_monitoring", "test_lab", "test_serving", "test_postgres", "test_faults_and_destroy")
 HERE = Path(__file__).parent
 
 

@@ -3,6 +3,7 @@ the helpers that run pods and jobs on it (the fixture itself is ``conftest.live`
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import time
@@ -10,6 +11,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlencode
 
 from tests.mlflow_overrides import MLFLOW_WITH_BACKUPS
 from trainyard.config.model import MLFLOW_PORT
@@ -71,10 +73,10 @@ def pod_finished(live: Rehearsal, namespace: str, name: str, timeout: float) -> 
     return found
 
 
-def run_python(live: Rehearsal, namespace: str, name: str, script: str, secret: str,
+def run_python(live: Rehearsal, namespace: str, name: str, script: str, secret: str | None,
                labels: dict[str, str] | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``script`` with the provisioner image in a restricted pod of ``namespace`` (the keys of ``secret`` as its
-    environment) on the real node; its last output line is JSON, returned with the seconds it took."""
+    """Run ``script`` with the provisioner image in a restricted pod of ``namespace`` (the keys of ``secret``, if any,
+    as its environment) on the real node; its last output line is JSON, returned with the seconds it took."""
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
            "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
@@ -82,7 +84,7 @@ def run_python(live: Rehearsal, namespace: str, name: str, script: str, secret: 
                     "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
                                         "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [{"name": "s3", "image": provisioner_image(live), "command": ["python3", "-c", script],
-                                    "envFrom": [{"secretRef": {"name": secret}}],
+                                    "envFrom": [{"secretRef": {"name": secret}}] if secret else [],
                                     "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
                                     "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
                                                   "limits": {"cpu": "500m", "memory": "256Mi"}},
@@ -122,11 +124,11 @@ def node_room(live: Rehearsal) -> str:
 
 
 @contextmanager
-def forwarded(live: Rehearsal, namespace: str, pod: str, port: int) -> Iterator[int]:
+def forwarded(live: Rehearsal, namespace: str, pod: str, port: int, local: int | None = None) -> Iterator[int]:
     """``kubectl port-forward`` to ``port`` of a pod (the kubelet's streaming, containerd in the pod's network
-    namespace: the pod's own NetworkPolicies do not apply); the local port."""
+    namespace: the pod's own NetworkPolicies do not apply); the local port (``local``, else one the kernel picks)."""
     command = [str(live.kube.kubectl), "--kubeconfig", str(live.kube.kubeconfig), "port-forward", "-n", namespace,
-               f"pod/{pod}", f":{port}"]
+               f"pod/{pod}", f"{local or ''}:{port}"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -151,3 +153,44 @@ def mlflow_server(live: Rehearsal) -> Iterator[Callable[..., Any]]:
             return NO_PROXY.open(request, timeout=30)
 
         yield open_
+
+
+def tenant_mlflow_credentials(live: Rehearsal, namespace: str) -> tuple[str, str]:
+    """The MLflow user and password of the tenant of ``namespace`` (its ``trainyard-mlflow`` Secret)."""
+    from trainyard.manifests.meta import MLFLOW_SECRET
+
+    secret = live.kube.get("secret", MLFLOW_SECRET, namespace)["data"]
+    user, password = (base64.b64decode(secret[key]).decode()
+                      for key in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"))
+    return user, password
+
+
+def mlflow_versions(live: Rehearsal, namespace: str, jobs: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Each TrainJob's MLflow run (in the lab's ``<namespace>/lora-peft`` experiment) and model version, asked of the
+    tracking server's pod through MLflow's REST API with the tenant's own credentials (its ``trainyard-mlflow`` Secret)
+    and the Host the server allows (its Service's)."""
+    user, password = tenant_mlflow_credentials(live, namespace)
+    authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    with mlflow_server(live) as open_:
+        def api(path: str, query: dict[str, str] | None = None, body: dict[str, Any] | None = None) -> Any:
+            with open_(f"/api/2.0/mlflow/{path}" + (f"?{urlencode(query)}" if query else ""),
+                       json.dumps(body).encode() if body is not None else None,
+                       {"Authorization": authorization, "Content-Type": "application/json"}) as response:
+                return json.loads(response.read())
+
+        experiment = api("experiments/get-by-name", {"experiment_name": f"{namespace}/lora-peft"})["experiment"]
+        runs = api("runs/search", body={"experiment_ids": [experiment["experiment_id"]], "max_results": 100})["runs"]
+        out = {}
+        for job in jobs:
+            (run,) = [r for r in runs if {"key": "trainyard.trainjob", "value": f"{namespace}/{job}"}
+                      in r["data"].get("tags", [])]
+            run_id = run["info"]["run_id"]
+            tags = {t["key"]: t["value"] for t in run["data"].get("tags", [])}
+            history = api("metrics/get-history", {"run_id": run_id, "metric_key": "loss"})["metrics"]
+            (version,) = api("model-versions/search", {"filter": f"run_id='{run_id}'"})["model_versions"]
+            out[job] = {"experiment": experiment["name"], "run_id": run_id, "status": run["info"]["status"],
+                        "attempts": tags.get("trainyard.attempts"),
+                        "loss": sorted((int(m["step"]), float(m["value"])) for m in history),
+                        "model": version["name"], "version": version["version"],
+                        "version_status": version.get("status"), "source": version["source"]}
+    return out

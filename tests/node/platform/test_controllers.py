@@ -575,5 +575,10 @@ def test_a_deploy_after_lab_images_pins_the_runtimes_to_the_pushed_digests(live:
         assert pinned[f"lora-finetune/{name}"] == pinned[f"lora-peft/{name}"], pinned
     lab = "registry.trainyard.internal/trainyard/lora-peft:0.1.0"
     assert pinned["lora-peft/node"] == f"{lab}@{lock.entries[lab].digest}", pinned
+    # The serving runtime that serves what the lab trains names its image by tag too (serving-runtimes/peft-cpu.yaml).
+    server = "registry.trainyard.internal/trainyard/peft-server:0.1.0"
+    (served,) = live.kube.get("clusterservingruntimes.serving.kserve.io", "peft-cpu")["spec"]["containers"]
+    print(f"peft-cpu/{served['name']}: {served['image']}")
+    assert served["image"] == f"{server}@{lock.entries[server].digest}", served
 
 

@@ -6,18 +6,16 @@ to them.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import signal
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import pytest
 
-from tests.node.platform.shared import TIMINGS, mlflow_server, node_room, pod_finished, run_python
+from tests.node.platform.shared import TIMINGS, mlflow_versions, node_room, pod_finished, run_python
 from trainyard.rehearsal.kube import wait_until
 from trainyard.rehearsal.node import RealNode
 from trainyard.rehearsal.session import REAL_NODE, Rehearsal
@@ -174,7 +172,7 @@ def test_the_lab_runs_as_a_trainjob_on_the_real_node_and_resumes_to_the_same_ada
         # 5. The tracking server in the cluster (MLflow's chart, on CloudNativePG): each TrainJob's run, as the tenant
         # sees it with its own credentials, and its model version, whose source is the adapter in the tenant's bucket.
         start = time.monotonic()
-        tracked = _tracked(live, namespace, ("lab-reference", "lab-lora"))
+        tracked = mlflow_versions(live, namespace, ("lab-reference", "lab-lora"))
         TIMINGS["MLflow asked for the lab's runs and model versions (tenant's credentials)"] = time.monotonic() - start
         for job, found in tracked.items():
             print(f"MLflow {found['experiment']}: run {found['run_id']} {job} {found['status']}, attempts "
@@ -204,37 +202,3 @@ def test_the_lab_runs_as_a_trainjob_on_the_real_node_and_resumes_to_the_same_ada
             live.kube.delete("trainjobs.trainer.kubeflow.org", job, namespace=namespace)
         live.kube.delete("configmap", "lab-inputs", namespace=namespace)
         live.with_overrides(live.overrides)  # the rehearsal stack file as the package's other tests deploy it
-
-
-def _tracked(live: Rehearsal, namespace: str, jobs: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """Each TrainJob's MLflow run and model version, asked of the tracking server's pod through MLflow's REST API with
-    the tenant's own credentials (its ``trainyard-mlflow`` Secret) and the Host the server allows (its Service's)."""
-    from trainyard.manifests.meta import MLFLOW_SECRET
-
-    secret = live.kube.get("secret", MLFLOW_SECRET, namespace)["data"]
-    user, password = (base64.b64decode(secret[key]).decode()
-                      for key in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"))
-    authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-    with mlflow_server(live) as open_:
-        def api(path: str, query: dict[str, str] | None = None, body: dict[str, Any] | None = None) -> Any:
-            with open_(f"/api/2.0/mlflow/{path}" + (f"?{urlencode(query)}" if query else ""),
-                       json.dumps(body).encode() if body is not None else None,
-                       {"Authorization": authorization, "Content-Type": "application/json"}) as response:
-                return json.loads(response.read())
-
-        experiment = api("experiments/get-by-name", {"experiment_name": f"{namespace}/lora-peft"})["experiment"]
-        runs = api("runs/search", body={"experiment_ids": [experiment["experiment_id"]], "max_results": 100})["runs"]
-        out = {}
-        for job in jobs:
-            (run,) = [r for r in runs if {"key": "trainyard.trainjob", "value": f"{namespace}/{job}"}
-                      in r["data"].get("tags", [])]
-            run_id = run["info"]["run_id"]
-            tags = {t["key"]: t["value"] for t in run["data"].get("tags", [])}
-            history = api("metrics/get-history", {"run_id": run_id, "metric_key": "loss"})["metrics"]
-            (version,) = api("model-versions/search", {"filter": f"run_id='{run_id}'"})["model_versions"]
-            out[job] = {"experiment": experiment["name"], "run_id": run_id, "status": run["info"]["status"],
-                        "attempts": tags.get("trainyard.attempts"),
-                        "loss": sorted((int(m["step"]), float(m["value"])) for m in history),
-                        "model": version["name"], "version": version["version"],
-                        "version_status": version.get("status"), "source": version["source"]}
-    return out

@@ -238,7 +238,9 @@ def test_backup_drop_and_restore_bring_mlflows_runs_back(live: Rehearsal) -> Non
     # The stack's ScheduledBackup (immediate: true) took one too, when the Cluster first became Ready.
     scheduled = [b for b in live.kube.items("backups.postgresql.cnpg.io", NAMESPACE)
                  if b["metadata"]["name"] != "before-the-drop"]
-    print("other backups: " + ", ".join(f"{b['metadata']['name']} {b.get('status', {}).get('phase')}" for b in scheduled))
+    print("other backups: " + ", ".join(f"{b['metadata']['name']} {b.get('status', {}).get('phase')}"
+                                        f"{': ' + b['status']['error'] if b.get('status', {}).get('error') else ''}"
+                                        for b in scheduled))
     assert scheduled and all(b.get("status", {}).get("phase") == "completed" for b in scheduled)
 
     _psql(live, "drop database mlflow with (force)")
