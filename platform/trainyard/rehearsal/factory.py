@@ -67,10 +67,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from trainyard import catalog
 from trainyard.config.load import project_root
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests.installs import component_version, upstream_image
+from trainyard.manifests.installs import upstream_image
 from trainyard.project import Stack
 from trainyard.rehearsal import (
     barman_cloud_image,
@@ -89,6 +88,8 @@ from trainyard.rehearsal.image_cache import (
     BuiltImage,
     cache_root,
     cached_layout,
+    mirror_target,
+    role_upstream,
 )
 from trainyard.rehearsal.image_cache import (
     targets as _targets,
@@ -96,7 +97,7 @@ from trainyard.rehearsal.image_cache import (
 from trainyard.rehearsal.images import MANIFEST, Entry, ImageError, Layer, tool_binary
 from trainyard.supply.lock import DEFAULT_LOCK_FILE, LockFileError
 from trainyard.supply.lock_refresh import LockRefresh, refresh
-from trainyard.supply.reference import ImageRef, mirrored
+from trainyard.supply.reference import ImageRef
 from trainyard.supply.registry import FetchedManifest, RegistryClient, RegistryError, RegistryUnreachable
 
 ENTRYPOINT = "/manager"
@@ -177,17 +178,12 @@ def recipe_upstream(config: PlatformConfig, recipe: Recipe) -> ImageRef:
     """The upstream image ``recipe`` stands for: its component's controller image, or the release's image of that role."""
     if not recipe.image:
         return upstream_image(config, recipe.component)
-    image = catalog.release(recipe.component, component_version(config, recipe.component)).image_for(recipe.image)
-    return ImageRef(image.registry, image.repository, image.tag)
+    return role_upstream(config, recipe.component, recipe.image)
 
 
 def recipe_target(config: PlatformConfig, recipe: Recipe) -> ImageRef:
     """The name ``recipe``'s image is pushed under: the upstream name under the stack's mirror (``targets``)."""
-    if not recipe.image:
-        return targets(config, [recipe.component])[recipe.component]
-    if config.images.registry_mirror is None:
-        targets(config, [recipe.component])  # the same refusal as for a controller image
-    return mirrored(recipe_upstream(config, recipe), config.images.registry_mirror)
+    return mirror_target(config, recipe_upstream(config, recipe))
 
 
 def controller_binary(tools_dir: Path, recipe: Recipe, tag: str) -> bytes:

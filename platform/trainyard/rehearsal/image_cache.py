@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainyard import catalog
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests.installs import upstream_image
+from trainyard.manifests.installs import component_version, upstream_image
 from trainyard.rehearsal.images import ImageError, Layer, write_image, write_image_on
 from trainyard.supply.reference import ImageRef, mirrored
 
@@ -53,11 +54,22 @@ def cache_root() -> Path:
 
 def targets(config: PlatformConfig, components: Iterable[str]) -> dict[str, ImageRef]:
     """The name each component's image is pushed under: what the stack's charts pull (before the lock's digest)."""
+    return {component: mirror_target(config, upstream_image(config, component)) for component in components}
+
+
+def role_upstream(config: PlatformConfig, component: str, role: str) -> ImageRef:
+    """The upstream image of ``role`` in the stack's release of ``component``: a chart's image other than its
+    controller's (KServe's storage initializer, its kube-rbac-proxy sidecar)."""
+    image = catalog.release(component, component_version(config, component)).image_for(role)
+    return ImageRef(image.registry, image.repository, image.tag)
+
+
+def mirror_target(config: PlatformConfig, upstream: ImageRef) -> ImageRef:
+    """``upstream`` under the stack's mirror, the name the factory pushes it as; refused without a mirror."""
     if config.images.registry_mirror is None:
         raise ImageError("the stack has no images.registry_mirror: the factory's images are pushed under a mirror's "
                          "names only (an image built here is not upstream's and must not be named as it)")
-    return {component: mirrored(upstream_image(config, component), config.images.registry_mirror)
-            for component in components}
+    return mirrored(upstream, config.images.registry_mirror)
 
 
 def layer_key(layer: Layer) -> dict[str, object]:

@@ -334,7 +334,11 @@ def recipe(config: PlatformConfig, project: Path, deb_cache: Path | None = None,
 def build(config: PlatformConfig, project: Path, cache: Path, deb_cache: Path | None = None,
           wheel_cache: Path | None = None, apt_cache: Path | None = None) -> BuiltImage:
     """The lab's CPU image of the lora-peft runtime (or the cached one of the same inputs)."""
-    made = recipe(config, project, deb_cache, wheel_cache, apt_cache)
+    return built(recipe(config, project, deb_cache, wheel_cache, apt_cache), cache)
+
+
+def built(made: Recipe, cache: Path) -> BuiltImage:
+    """The image of ``made`` from ``cache``, built there first when absent."""
     layout, digest, cached = cached_build(cache, recipe_key(made.parts, made.config), made.layers, made.config)
     return BuiltImage(COMPONENT, made.name, None, layout, digest, cached, note=made.note)
 

@@ -92,7 +92,7 @@ def build(config: PlatformConfig, project: Path, cache: Path, deb_cache: Path | 
     check_base(containerfile, str(programs / "Containerfile"), lab.name)
     program = program_layer(programs)
     config_doc = image_config(name, lab)
-    built_lab = lab_image.build(config, project, cache, deb_cache, wheel_cache, apt_cache)
+    built_lab = lab_image.built(lab, cache)
     parts = [{"on": built_lab.digest}, layer_key(program)]
     layout, digest, cached = cached_build(cache, recipe_key(parts, config_doc), lambda: [program], config_doc,
                                           base=built_lab.layout)

@@ -38,13 +38,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from trainyard import catalog
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests.installs import component_version
 from trainyard.rehearsal import base_layer, python_base, wheels
-from trainyard.rehearsal.image_cache import BuiltImage, cached_build, layer_key, recipe_key
+from trainyard.rehearsal.image_cache import BuiltImage, cached_build, layer_key, mirror_target, recipe_key, role_upstream
 from trainyard.rehearsal.images import Entry, ImageError, Layer
-from trainyard.supply.reference import ImageRef, mirrored
+from trainyard.supply.reference import ImageRef
 
 COMPONENT = "kserve"  # the chart whose values name the image
 ROLE = "storage-initializer"  # its image in the catalog's KServe release
@@ -82,15 +80,12 @@ Storage.download_files(pairs[0::2], pairs[1::2])
 
 def upstream(config: PlatformConfig) -> ImageRef:
     """The image the KServe chart's storage initializer names upstream, at the stack's KServe version."""
-    image = catalog.release(COMPONENT, component_version(config, COMPONENT)).image_for(ROLE)
-    return ImageRef(image.registry, image.repository, image.tag)
+    return role_upstream(config, COMPONENT, ROLE)
 
 
 def target(config: PlatformConfig) -> ImageRef:
     """Upstream's name under the stack's mirror (refused without one)."""
-    if config.images.registry_mirror is None:
-        raise ImageError("the stack has no images.registry_mirror: the factory pushes under the mirror's names")
-    return mirrored(upstream(config), config.images.registry_mirror)
+    return mirror_target(config, upstream(config))
 
 
 def top_level_pins(path: Path = REQUIREMENTS) -> dict[str, str]:
