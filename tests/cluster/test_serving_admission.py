@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.conftest import Cluster, bare_api_server, install_policy_params
-from tests.conftest import rendered
+from tests.conftest import rendered, stack
 from trainyard.manifests.meta import TENANT_LABEL
 from trainyard.manifests.serving import CLUSTER_LOCAL, VISIBILITY_LABEL
 
@@ -62,11 +62,13 @@ def with_transformer(image: str) -> dict[str, Any]:
 
 DIGEST = "@sha256:" + "1" * 64
 REGISTRIES = "registry.trainyard.internal/"  # the local stack's runtimes.approved_registries
+# The local stack's serving.approved_runtimes, in its order: the policy's message lists them as configured.
+APPROVED = ", ".join(stack("local").config.serving.approved_runtimes)
 # Case: (InferenceService, the policy that denies it, what its message says).
 CASES = {
     "unapproved runtime": (with_change({"runtime": "kserve-vllmserver"}), "trainyard-isvc-runtime",
                            "spec.predictor.model.runtime must name an approved ClusterServingRuntime "
-                           '(vllm-openai, huggingface-server), not "kserve-vllmserver"'),
+                           f'({APPROVED}), not "kserve-vllmserver"'),
     "unpinned image": (with_change({"image": "registry.trainyard.internal/vllm/vllm-openai:v0.24.0"}),
                        "trainyard-isvc-images",
                        "images not pinned by digest (@sha256:...): registry.trainyard.internal/vllm/vllm-openai:v0.24.0"),
