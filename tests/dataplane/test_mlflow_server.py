@@ -250,6 +250,7 @@ def server(workdir: Path, postgres: dict[str, Any], s3: dict[str, str]) -> Itera
     platform = rendered(STACK)
     values = next(r for r in platform.releases if r.component == "mlflow").values
     port = _free_port()
+    front = loopback.free_port(exclude=[port])
     admin_password = _generated_value(mlflow_manifests.GENERATED_ADMIN_PASSWORD)
     auth = values["auth"]
     # The chart's auth_ini_configmap.yaml, with its placeholders filled as its init container does.
@@ -277,7 +278,10 @@ def server(workdir: Path, postgres: dict[str, Any], s3: dict[str, str]) -> Itera
            "AWS_ACCESS_KEY_ID": s3["key"], "AWS_SECRET_ACCESS_KEY": s3["secret"], "AWS_DEFAULT_REGION": "us-east-1",
            # extraEnvVars (Trainyard's value names the in-cluster endpoint; here the local server)
            **{k: s3["endpoint"] for k in values["extraEnvVars"] if k == "MLFLOW_S3_ENDPOINT_URL"},
-           "MLFLOW_SERVER_ALLOWED_HOSTS": ",".join([*values["serverAllowedHosts"], f"127.0.0.1:{port}"]),
+           # and a second loopback port, where a test may put a forwarder in front (tests/lab/outage.py): clients
+           # of the Service reach the server under the Service's one name, whatever stands between.
+           "MLFLOW_SERVER_ALLOWED_HOSTS": ",".join([*values["serverAllowedHosts"], f"127.0.0.1:{port}",
+                                                    f"127.0.0.1:{front}"]),
            # flask_secret.yaml from Trainyard's flaskServerSecretKey (a generated value); required by basic-auth's CSRF.
            "MLFLOW_FLASK_SERVER_SECRET_KEY": _generated_value(mlflow_manifests.GENERATED_FLASK_KEY),
            "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
@@ -288,7 +292,8 @@ def server(workdir: Path, postgres: dict[str, Any], s3: dict[str, str]) -> Itera
         _wait_http(f"{url}/health", "mlflow server", proc, workdir / "mlflow.log")
         log(f"$ mlflow server {' '.join(command[2:])}")
         log(f"  MLflow {APP_VERSION} up on {url}; basic-auth, default_permission={auth['defaultPermission']}")
-        yield {"url": url, "admin": (mlflow_manifests.ADMIN_USER, admin_password), "workdir": workdir}
+        yield {"url": url, "admin": (mlflow_manifests.ADMIN_USER, admin_password), "workdir": workdir,
+               "front_port": front}
     finally:
         _stop(proc)
 

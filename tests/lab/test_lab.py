@@ -52,6 +52,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,7 @@ from tests.dataplane.test_mlflow_server import (  # noqa: F401 - module-scoped f
     tenants,
     workdir,
 )
+from tests.lab.outage import Outage
 from tests.loopback import free_port
 from tests.serving import promotion
 from tests.serving.conftest import serving_python
@@ -163,11 +165,12 @@ class Lab:
 
     def attempt(self, name: str, job: str, args: list[str], *, mlflow: bool, trainer_env: dict[str, str],
                 interrupt_at: int | None = None, extra_env: dict[str, str] | None = None,
-                processes: int = 1) -> tuple[int, list[str]]:
+                processes: int = 1, on_line: Callable[[str], None] | None = None) -> tuple[int, list[str]]:
         """One pod of TrainJob ``job``: the two initializers into a fresh /workspace, then the program.
 
         ``trainer_env`` is the TrainJob's spec.trainer.env (the approved entries); the initializers fetch its
         URIs. ``processes`` > 1: the runtime's ``torchrun`` with the PET_* environment of Trainer's torch plugin.
+        ``on_line`` sees each line of the program's output as it comes.
         """
         workspace = self.root / name
         dataset_uri, model_uri = trainer_env["TRAINYARD_DATASET_URI"], trainer_env["TRAINYARD_BASE_MODEL_URI"]
@@ -189,6 +192,8 @@ class Lab:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line.rstrip())
+            if on_line is not None:
+                on_line(line.rstrip())
             if interrupt_at is not None and line.startswith(f"[lora-peft] step {interrupt_at}/"):
                 proc.send_signal(signal.SIGTERM)  # what the kubelet sends on Kueue preemption or a drain
                 LOG.append(f"  [{name}] SIGTERM sent after: {line.strip()}")
@@ -556,3 +561,77 @@ def test_lora_lab_two_ranks_train_as_one_under_torchrun_gloo(
     finally:
         with capsys.disabled():
             print(f"\n==== lab 2-rank run log ({s3['server']}) ====\n" + "\n".join(LOG[start:]))
+
+
+def _runtime_env(name: str) -> dict[str, str]:
+    """The literal env the platform's wiring gives the lora-peft runtime's trainer container (this stack)."""
+    runtime = next(o for o in rendered(STACK).concern("runtimes").objects if o["metadata"]["name"] == "lora-peft")
+    node = next(j for j in runtime["spec"]["template"]["spec"]["replicatedJobs"] if j["name"] == "node")
+    env = node["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    return {e["name"]: e["value"] for e in env if e["name"].startswith(name) and "value" in e}
+
+
+def test_lora_lab_trains_through_an_mlflow_outage_and_the_run_holds_every_step(
+        lab: Lab, inputs: dict[str, Any], s3: dict[str, str], server: dict[str, Any],  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """MLflow unreachable from step 2 until a checkpoint's flush has failed: the attempt trains on, the next flush
+    sends what the failed one kept, and the run holds every step's metrics once; the adapter is registered.
+
+    The program reaches MLflow through a forwarder that, while "down", cuts every connection (what a restarting
+    server's Service does), with the client bounds the platform sets on approved runtimes (``mlflow.client_*``).
+    """
+    tenant = lab.tenant
+    namespace = next(t for t in stack(STACK).config.tenants if t.name == tenant).namespace_name
+    start = len(LOG)
+    bounds = _runtime_env("MLFLOW_HTTP_REQUEST_")
+    assert set(bounds) == {"MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_HTTP_REQUEST_MAX_RETRIES"}, bounds
+    try:
+        args = ["--max-steps", str(MAX_STEPS), "--checkpoint-every", str(CHECKPOINT_EVERY), "--keep-checkpoints", "2",
+                "--micro-batch-size", "2", "--grad-accumulation", "2", "--seq-len", "16", "--precision", "fp32",
+                "--learning-rate", "0.02", "--warmup-steps", "2", "--lora-rank", "4", "--lora-alpha", "8",
+                "--lora-dropout", "0.1", "--experiment", f"{tenant}/lab", "--registered-model", f"{tenant}-lab-outage",
+                "--models-uri", f"s3://{lab.buckets['models']}/"]
+        events: list[tuple[float, str]] = []
+        # On the port the server also answers to (the dataplane fixture's front_port: a Service's name).
+        with Outage(lab.mlflow_env["MLFLOW_TRACKING_URI"], server["front_port"]) as outage:
+
+            def on_line(line: str) -> None:
+                if line.startswith("[lora-peft] step 2/") and not outage.down:
+                    outage.cut()
+                    events.append((time.monotonic(), "MLflow cut"))
+                elif line.startswith("[lora-peft] MLflow did not take the metrics") and outage.down:
+                    outage.restore()
+                    events.append((time.monotonic(), "MLflow back"))
+
+            mlflow_env = {**lab.mlflow_env, "MLFLOW_TRACKING_URI": outage.url}
+            started = time.monotonic()
+            code, lines = lab.attempt("outage", "lab-outage", args, mlflow=False, on_line=on_line,
+                                      trainer_env=inputs["trainer_env"],
+                                      extra_env={**_provenance_env(namespace, "trainjob-lab-outage-5e9b0"),
+                                                 **mlflow_env, **bounds})
+            refused = outage.refused
+        LOG.append(f"  client bounds (the rendered runtime's env): {bounds}; connections cut while down: {refused}")
+        LOG.extend(f"  +{when - started:.1f}s {what}" for when, what in events)
+        assert code == 0, "\n".join(lines[-30:])
+        assert [what for _, what in events] == ["MLflow cut", "MLflow back"], events
+        # The failed flush gave up within the bounds: every try timing out, plus urllib3's backoff (2, 4, 8 ... s);
+        # MLflow's own defaults (120 s, 7 retries) would hold it for minutes.
+        timeout, retries = int(bounds["MLFLOW_HTTP_REQUEST_TIMEOUT"]), int(bounds["MLFLOW_HTTP_REQUEST_MAX_RETRIES"])
+        assert events[1][0] - events[0][0] < (retries + 1) * timeout + 2 ** (retries + 1), events
+        # The flush at the first checkpoint failed within the client's bounds, and training went on.
+        warned = next(line for line in lines if line.startswith("[lora-peft] MLflow did not take the metrics"))
+        assert warned.startswith(f"[lora-peft] MLflow did not take the metrics of steps 1-{CHECKPOINT_EVERY} ("), warned
+        assert refused > 0
+        curve = json.loads((lab.root / "outage" / "output" / "loss_curve.json").read_text())
+        recorded = lab.helper("mlflow-run", f"{tenant}/lab", f"{namespace}/lab-outage", mlflow=True)
+        LOG.append(f"$ [{tenant}] MLflow run {recorded.get('run_id')}: {recorded.get('status')}, loss history "
+                   f"{len(recorded.get('loss_history', []))} points, versions "
+                   f"{[(v['name'], v['version']) for v in recorded.get('versions', [])]}")
+        assert recorded["runs"] == 1 and recorded["status"] == "FINISHED"
+        # Every step once, in order, with the values the program computed.
+        assert sorted(step for step, _ in recorded["loss_history"]) == list(range(1, MAX_STEPS + 1))
+        assert [value for _, value in sorted(recorded["loss_history"])] == curve
+        assert [(v["name"], v["version"]) for v in recorded["versions"]] == [(f"{tenant}-lab-outage", "1")]
+    finally:
+        with capsys.disabled():
+            print(f"\n==== lab MLflow outage log ({s3['server']}) ====\n" + "\n".join(LOG[start:]))

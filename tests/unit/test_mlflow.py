@@ -7,10 +7,11 @@ from pydantic import ValidationError
 
 from tests.conftest import ROOT, rendered, stack
 from trainyard.config.model import PlatformConfig
-from trainyard.manifests import generated
+from trainyard.manifests import generated, render_platform
 from trainyard.manifests import mlflow as mlflow_manifests
 from trainyard.manifests.lifecycle import holds_data
 from trainyard.manifests.meta import MLFLOW_SECRET, OBJECT_STORE_SECRET
+from trainyard.manifests.runtimes import containers_of
 from trainyard.supply.lock import load_lock
 
 MIRROR = "registry.trainyard.internal/mirror/"
@@ -111,6 +112,27 @@ def test_runtimes_read_the_tenant_secrets_and_name_their_checkpoint_location() -
                 assert env["TRAINYARD_CHECKPOINT_URI"]["value"] == "s3://$(TRAINYARD_CHECKPOINTS_BUCKET)/$(TRAIN_JOB_NAME)/"
                 assert env["TRAIN_JOB_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == (
                     "metadata.labels['jobset.sigs.k8s.io/jobset-name']")
+                # MLflow's client bounded (its defaults: 120 s per request, 7 retries).
+                assert env["MLFLOW_HTTP_REQUEST_TIMEOUT"] == {"name": "MLFLOW_HTTP_REQUEST_TIMEOUT", "value": "30"}
+                assert env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]["value"] == "3"
+
+
+def test_the_mlflow_client_bounds_come_from_the_stack_and_only_with_mlflow() -> None:
+    raw = stack("staging").config.model_dump(mode="json", exclude_none=True)
+    raw["mlflow"] |= {"client_timeout_seconds": 10, "client_max_retries": 0}
+    config = PlatformConfig.model_validate(raw)
+    runtimes = render_platform(config, ROOT, ROOT / "stacks").by_kind("ClusterTrainingRuntime")
+    assert runtimes
+    for runtime in runtimes:
+        for _, container in containers_of(runtime):
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert (env["MLFLOW_HTTP_REQUEST_TIMEOUT"], env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]) == ("10", "0")
+    # The local stack has no MLflow of its own: its runtimes carry no MLflow settings.
+    assert not stack("local").config.mlflow.enabled
+    for runtime in rendered("local").by_kind("ClusterTrainingRuntime"):
+        for _, container in containers_of(runtime):
+            assert not {e["name"] for e in container.get("env") or []} & {"MLFLOW_HTTP_REQUEST_TIMEOUT",
+                                                                          "MLFLOW_HTTP_REQUEST_MAX_RETRIES"}
 
 
 def test_initializer_steps_get_s3_settings_from_the_secret_and_share_the_workspace_volume() -> None:

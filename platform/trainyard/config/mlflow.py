@@ -108,6 +108,15 @@ class Mlflow(Model):
         description="MLflow's server-side job runner (MLFLOW_SERVER_ENABLE_JOB_EXECUTION: GenAI scorer and "
         "evaluation jobs: eight huey consumer processes beside the server, about 1.8 GB resident measured with "
         "3.15.1). Off: tracking and the model registry do not use it.")
+    client_timeout_seconds: int = Field(
+        default=30, ge=1, le=600,
+        description="Per-request timeout of the MLflow client in approved runtimes' containers "
+        "(MLFLOW_HTTP_REQUEST_TIMEOUT; MLflow's default is 120).")
+    client_max_retries: int = Field(
+        default=3, ge=0, le=10,
+        description="Retries of a failed MLflow request in approved runtimes' containers (MLFLOW_HTTP_REQUEST_MAX_RETRIES, "
+        "backoff 2, 4, 8 s ...; MLflow's default is 7, about four minutes). A training program should not wait "
+        "longer on tracking than this: lora-peft keeps metrics MLflow did not take for its next flush.")
     auth: bool = Field(default=True, description="basic-auth on. Policy rule mlflow-auth-on refuses a stack without it.")
     default_permission: Literal["NO_PERMISSIONS", "READ"] = Field(
         default="NO_PERMISSIONS",

@@ -164,6 +164,8 @@ def data_plane_wiring(config: PlatformConfig, runtime: Manifest) -> None:
 
     - ``envFrom`` the fixed-name Secrets of the tenant namespace (object store: AWS_* for boto3, s3fs,
       torch's S3 readers; MLflow: MLFLOW_TRACKING_URI/USERNAME/PASSWORD) and the bucket ConfigMap;
+    - with MLflow, its client's bounds (``mlflow.client_timeout_seconds``, ``client_max_retries``), so that no
+      tracking call holds a training step for MLflow's default of minutes;
     - ``TRAIN_JOB_NAME`` from the pod's JobSet label, and ``TRAINYARD_CHECKPOINT_URI`` =
       ``s3://<tenant checkpoints bucket>/<trainjob name>/`` (Kubernetes expands ``$(VAR)`` from envFrom);
     - on the dataset-initializer and model-initializer steps, ENDPOINT / ACCESS_KEY_ID / SECRET_ACCESS_KEY
@@ -186,6 +188,9 @@ def data_plane_wiring(config: PlatformConfig, runtime: Manifest) -> None:
             env = [e for e in container.get("env") or [] if e.get("name") not in _WIRED_ENV]
             wired: list[dict[str, Any]] = [
                 {"name": "TRAIN_JOB_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": JOBSET_NAME_FIELD}}}]
+            if mlflow:
+                wired += [{"name": "MLFLOW_HTTP_REQUEST_TIMEOUT", "value": str(config.mlflow.client_timeout_seconds)},
+                          {"name": "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "value": str(config.mlflow.client_max_retries)}]
             if store:
                 wired.append({"name": "TRAINYARD_CHECKPOINT_URI",
                               "value": f"s3://$({CHECKPOINTS_BUCKET_KEY})/$(TRAIN_JOB_NAME)/"})
@@ -195,7 +200,8 @@ def data_plane_wiring(config: PlatformConfig, runtime: Manifest) -> None:
             container["env"] = [*wired, *env]
 
 
-_WIRED_ENV = frozenset({"TRAIN_JOB_NAME", "TRAINYARD_CHECKPOINT_URI", *(name for name, _ in INITIALIZER_S3_ENV)})
+_WIRED_ENV = frozenset({"TRAIN_JOB_NAME", "TRAINYARD_CHECKPOINT_URI", "MLFLOW_HTTP_REQUEST_TIMEOUT",
+                        "MLFLOW_HTTP_REQUEST_MAX_RETRIES", *(name for name, _ in INITIALIZER_S3_ENV)})
 
 
 def buckets_configmap(config: PlatformConfig, tenant_name: str, namespace: str) -> Manifest:

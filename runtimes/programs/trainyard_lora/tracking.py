@@ -4,7 +4,6 @@ final adapter uploaded to the tenant's models bucket and registered as a model v
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -72,18 +71,37 @@ def start_tracking(places: Places, tags: dict[str, str], settings: Settings) -> 
     return mlflow
 
 
-def flush_metrics(mlflow: Any, pending: list[tuple[int, dict[str, float]]]) -> None:
-    """Log the pending steps' metrics in one request (one per 1000 values, MLflow's log_batch limit)."""
+def flush_metrics(mlflow: Any, pending: list[tuple[int, int, dict[str, float]]], *, must: bool = False) -> None:
+    """Log the pending steps' metrics (step, when it ended in ms, values) in one request per 1000 values (MLflow's
+    log_batch limit).
+
+    Training does not wait on tracking: a flush MLflow cannot take (restarting, or unreachable once the client's
+    bounded retries are spent: MLFLOW_HTTP_REQUEST_TIMEOUT and _MAX_RETRIES, which the platform sets on approved
+    runtimes) keeps the steps it did not send for the next flush, and says so. ``must``: the last flush of a
+    finished run, which raises instead (the run would end without them; registering the adapter needs MLflow too).
+    """
     if mlflow is None or not pending:
         pending.clear()
         return
     from mlflow.entities import Metric
 
-    now = int(time.time() * 1000)
-    metrics = [Metric(key, value, now, step) for step, values in pending for key, value in values.items()]
+    metrics = [Metric(key, value, when, step) for step, when, values in pending for key, value in values.items()]
     client, run_id = mlflow.MlflowClient(), mlflow.active_run().info.run_id
-    for start in range(0, len(metrics), 1000):
-        client.log_batch(run_id, metrics=metrics[start:start + 1000])
+    sent = 0
+    try:
+        for sent in range(0, len(metrics), 1000):
+            client.log_batch(run_id, metrics=metrics[sent:sent + 1000])
+    except Exception as exc:  # the client's errors vary by cause (MlflowException, requests' ConnectionError, ...)
+        if must:
+            raise
+        steps = sorted({step for step, _, _ in pending})
+        say(0, f"MLflow did not take the metrics of steps {steps[0]}-{steps[-1]} ({type(exc).__name__}: "
+               f"{str(exc)[:200]}); training goes on and the next flush sends them")
+        taken = {(m.key, m.step) for m in metrics[:sent]}  # the batches it did take are not sent again
+        kept = [(step, when, {k: v for k, v in values.items() if (k, step) not in taken})
+                for step, when, values in pending]
+        pending[:] = [entry for entry in kept if entry[2]]
+        return
     pending.clear()
 
 

@@ -123,7 +123,7 @@ def run(argv: list[str]) -> int:
 
     # Metrics of the steps since the last checkpoint; logged when the next one is complete, so the run's
     # history holds each step once even when an attempt dies between checkpoints and its successor redoes them.
-    pending: list[tuple[int, dict[str, float]]] = []
+    pending: list[tuple[int, int, dict[str, float]]] = []  # (step, when it ended in ms, its metrics)
     tokens_per_step = settings.micro_batch_size * settings.grad_accumulation * world * settings.seq_len
     trainer.model.train()
     while trainer.step < settings.max_steps:
@@ -132,27 +132,23 @@ def run(argv: list[str]) -> int:
         trainer.step += 1
         trainer.losses.append(loss)
         say(rank, f"step {trainer.step}/{settings.max_steps} loss {loss:.6f}")
-        pending.append((trainer.step, {"loss": loss, "learning_rate": trainer.scheduler.get_last_lr()[0],
-                                       "tokens_per_second": tokens_per_step / (time.perf_counter() - started)}))
+        pending.append((trainer.step, int(time.time() * 1000), {
+            "loss": loss, "learning_rate": trainer.scheduler.get_last_lr()[0],
+            "tokens_per_second": tokens_per_step / (time.perf_counter() - started)}))
         if places.pause_after_step:
             time.sleep(places.pause_after_step)
         flag = torch.tensor([1.0 if stop["requested"] else 0.0], device=device)
         if world > 1:  # every rank stops at the same step, or the collective calls of the checkpoint hang
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if flag.item() > 0:
-            trainer.save_checkpoint("SIGTERM")
-            flush_metrics(mlflow, pending)
-            say(rank, f"stopped at step {trainer.step} on SIGTERM; the next attempt resumes here")
-            if mlflow is not None:
-                mlflow.end_run(status="KILLED")
-            return EXIT_PREEMPTED
+            return stop_on_sigterm(trainer, mlflow, pending)
         if trainer.step % places.checkpoint_every == 0 and trainer.step < settings.max_steps:
             trainer.save_checkpoint("periodic")
             flush_metrics(mlflow, pending)
 
     if trainer.resumed != settings.max_steps:
         trainer.save_checkpoint("final")
-    flush_metrics(mlflow, pending)
+    flush_metrics(mlflow, pending, must=True)
     if world > 1:
         check_ranks_agree(trainer)
     if rank == 0:
@@ -161,6 +157,22 @@ def run(argv: list[str]) -> int:
         dist.barrier()
         dist.destroy_process_group()
     return 0
+
+
+def stop_on_sigterm(trainer: Trainer, mlflow: Any, pending: list[tuple[int, int, dict[str, float]]]) -> int:
+    """Checkpoint, send the metrics MLflow can take, end the attempt's part of the run; the next attempt resumes."""
+    rank = trainer.rank
+    trainer.save_checkpoint("SIGTERM")
+    flush_metrics(mlflow, pending)
+    if pending:  # MLflow could not take them now, and the next attempt resumes after these steps
+        say(rank, f"the metrics of steps {pending[0][0]}-{pending[-1][0]} are not in MLflow")
+    say(rank, f"stopped at step {trainer.step} on SIGTERM; the next attempt resumes here")
+    if mlflow is not None:
+        try:
+            mlflow.end_run(status="KILLED")
+        except Exception as exc:  # the next attempt continues the run either way
+            say(rank, f"MLflow did not take the run's end ({type(exc).__name__})")
+    return EXIT_PREEMPTED
 
 
 def check_ranks_agree(trainer: Trainer) -> None:
