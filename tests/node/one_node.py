@@ -80,7 +80,8 @@ def deployed_platform(tmp_path_factory: pytest.TempPathFactory, directory: str, 
         session.up()
         timings["cluster up (control plane, real node, mirror filled)"] = time.monotonic() - start
         run = session.deploy()
-        assert run.returncode == 0, run.output[-6000:]
+        assert run.returncode == 0, run.output[-6000:] + "\nthe platform's pods not Ready:\n" + "\n".join(
+            session.pods_not_ready())
         timings["first pulumi up"] = run.seconds
         start = time.monotonic()
         print(session.wait_platform_ready())

@@ -69,6 +69,9 @@ def _deploy(rehearsal: Rehearsal) -> int:
     print(run.output, end="")
     if run.returncode != 0:
         print(f"error: pulumi up failed (exit {run.returncode}) after {run.seconds:.0f}s", file=sys.stderr)
+        waiting = rehearsal.pods_not_ready()
+        if waiting:
+            print("the platform's pods not Ready:\n" + "\n".join(f"    {line}" for line in waiting), file=sys.stderr)
         return EXIT_BAD_INPUT
     if rehearsal.real_nodes:
         print(rehearsal.wait_platform_ready())

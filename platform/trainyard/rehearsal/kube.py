@@ -133,3 +133,46 @@ def wait_until(what: str, check: Callable[[], T | None], timeout: float, interva
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+def pod_not_ready(pod: Manifest, events: Iterable[Manifest] = ()) -> str | None:
+    """Why ``pod`` is not Ready, in one line (None when it is, or when it finished): unscheduled, each container
+    waiting (ImagePullBackOff, CrashLoopBackOff: with its last exit), running but not ready, and the pod's latest
+    Warning events (a failed probe, a failed pull) from ``events``, the namespace's. What an admin asks first when a
+    Deployment misses its readiness wait."""
+    status = pod.get("status", {})
+    phase = status.get("phase", "Pending")
+    if phase in ("Succeeded", "Failed") and pod["metadata"].get("ownerReferences", [{}])[0].get("kind") == "Job":
+        return None
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    if conditions.get("Ready", {}).get("status") == "True":
+        return None
+    name = f"{pod['metadata'].get('namespace', '')}/{pod['metadata']['name']}"
+    reasons = []
+    if not pod.get("spec", {}).get("nodeName"):
+        scheduled = conditions.get("PodScheduled", {})
+        reasons.append(f"not scheduled ({scheduled.get('reason', 'no decision yet')}: "
+                       f"{scheduled.get('message', '').strip()})".replace(": )", ")"))
+    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        state, last = container.get("state", {}), container.get("lastState", {}).get("terminated")
+        restarts = container.get("restartCount", 0)
+        previous = (f", last exit {last.get('exitCode')} ({last.get('reason', 'no reason')})" if last else "")
+        if "waiting" in state:
+            waiting = state["waiting"]
+            reasons.append(f"{container['name']} waiting: {waiting.get('reason', '?')} "
+                           f"{waiting.get('message', '').strip()[:300]}".rstrip()
+                           + f" (restarts {restarts}{previous})")
+        elif "running" in state and not container.get("ready"):
+            reasons.append(f"{container['name']} running, not ready (restarts {restarts}{previous})")
+        elif "terminated" in state and state["terminated"].get("exitCode") != 0:
+            reasons.append(f"{container['name']} exited {state['terminated'].get('exitCode')} "
+                           f"({state['terminated'].get('reason', 'no reason')})")
+    if not reasons:
+        reasons.append(f"phase {phase}")
+    uid = pod["metadata"].get("uid")
+    warnings = sorted((e for e in events if e.get("type") == "Warning"
+                       and e.get("involvedObject", {}).get("uid") == uid and uid),
+                      key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    said = [f"{e.get('reason')}: {' '.join(str(e.get('message', '')).split())[:300]}"
+            + (f" (x{e['count']})" if e.get("count", 1) > 1 else "") for e in warnings[-2:]]
+    return f"{name}: {'; '.join(reasons)}" + (f" [events: {' | '.join(said)}]" if said else "")

@@ -38,7 +38,7 @@ from trainyard.project import Stack
 from trainyard.rehearsal import factory, volumes
 from trainyard.rehearsal.cluster import CONTROL_PLANE, ControlPlane
 from trainyard.rehearsal.controllers import Controllers
-from trainyard.rehearsal.kube import Kube, KubeError, Manifest, wait_until
+from trainyard.rehearsal.kube import Kube, KubeError, Manifest, pod_not_ready, wait_until
 from trainyard.rehearsal.kwok import Kwok
 from trainyard.rehearsal.processes import Processes
 from trainyard.rehearsal.report import Observer, check, table
@@ -493,7 +493,7 @@ class Rehearsal:
         try:
             wait_until("the platform's pods to be Ready on the real node", lambda: not problems(), timeout)
         except TimeoutError:
-            raise ClusterError("the platform is not Ready: " + "; ".join(problems())) from None
+            raise ClusterError("the platform is not Ready: " + "; ".join(problems() + self.pods_not_ready())) from None
         shown = [self.kube.run("get", "pods", "-n", namespace, "-o", "wide").stdout.rstrip()
                  for namespace in [*namespaces, *sorted({ns for ns, _ in self.postgres_clusters()})]]
         if store is not None:
@@ -502,6 +502,22 @@ class Rehearsal:
             shown.append(self.kube.run("get", "pods", "-A", "-o", "wide", "-l",
                                        "app.kubernetes.io/name in (prometheus-operator, prometheus)").stdout.rstrip())
         return "\n".join(shown)
+
+    def pods_not_ready(self) -> list[str]:
+        """Each pod of the installed charts' namespaces (and the stack's PostgreSQL Clusters') that is not Ready, and
+        why (``kube.pod_not_ready``): what a failed ``pulumi up`` or readiness wait prints next to its own error. Empty
+        without real nodes (nothing is installed) or when the API server does not answer (the error said so)."""
+        if not self.real_nodes:
+            return []
+        found = []
+        try:
+            for namespace in sorted({*self.installed_namespaces(), *(ns for ns, _ in self.postgres_clusters())}):
+                events = self.kube.items("events", namespace)
+                found += [why for pod in self.kube.items("pods", namespace)
+                          if (why := pod_not_ready(pod, events)) is not None]
+        except (KubeError, ClusterError) as exc:
+            return [f"(the pods could not be listed: {exc})"]
+        return found
 
     def _provisioning_problems(self, namespace: str) -> list[str]:
         """Why the object store's provisioning Job is not Complete (empty once it is); a failed one with its log."""
