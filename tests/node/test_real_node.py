@@ -2,7 +2,8 @@
 
 The nodes pull their images (the pause image built from Kubernetes' pause.c, busybox from Debian's busybox-static)
 from a loopback registry only; a pod whose container prints a line runs and the API server serves its log; a pod
-on one node reaches a pod on the other, and nothing outside the pod network. Then the nodes are stopped and
+on one node reaches a pod on the other, and nothing outside the pod network; a pod whose image the mirror lacks and
+one that keeps exiting say why (``kube.pod_not_ready``). Then the nodes are stopped and
 nothing of them is left: processes, mounts, bridges, cgroups.
 
 Needs root, the tools of ``tools/build.sh node`` (control plane, kubelet, crane) and Debian's containerd, runc,
@@ -25,7 +26,7 @@ import pytest
 from tests.cluster.conftest import private_env, tools_problem
 from trainyard.rehearsal import images, prerequisites
 from trainyard.rehearsal.cluster import ControlPlane, Settings
-from trainyard.rehearsal.kube import wait_until
+from trainyard.rehearsal.kube import pod_not_ready, wait_until
 from trainyard.rehearsal.node import RealNode
 
 pytestmark = pytest.mark.node
@@ -177,6 +178,41 @@ def test_a_service_cluster_ip_reaches_its_pod_from_either_node(real_node: Runnin
         log = kube.run("logs", name, "-n", "default").stdout
         print(f"{name} -> {cluster_ip}:80: {log.strip()}")
         assert "pong from server" in log
+
+
+def test_a_pod_that_cannot_start_says_why(real_node: Running) -> None:
+    """``kube.pod_not_ready`` (what a failed ``pulumi up`` on real nodes prints) on the kubelet's own statuses and
+    events: an image the mirror does not have, and a container that keeps exiting."""
+    kube, tag = real_node.plane.kube(), images.busybox_version(images.BUSYBOX)
+    absent = f"{images.MIRROR_HOST}/trainyard/not-in-the-mirror:1.0"
+    spec = {"nodeName": real_node.node.name, "terminationGracePeriodSeconds": 1}
+    kube.apply([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "absent", "namespace": "default"},
+                 "spec": {**spec, "containers": [{"name": "app", "image": absent}]}},
+                {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "crashing", "namespace": "default"},
+                 "spec": {**spec, "containers": [{"name": "app", "command": ["sh", "-c", "exit 3"],
+                          "image": f"{images.MIRROR_HOST}/{images.BUSYBOX_REPOSITORY}:{tag}"}]}}],
+               field_manager="trainyard-test")
+
+    last: dict[str, str] = {}
+
+    def said() -> dict[str, str] | None:
+        events = kube.items("events", "default")
+        last.update({p["metadata"]["name"]: pod_not_ready(p, events) or "" for p in kube.items("pods", "default")
+                     if p["metadata"]["name"] in ("absent", "crashing")})
+        pulled = "ImagePullBackOff" in last.get("absent", "") or "ErrImagePull" in last.get("absent", "")
+        crashed = any(f"{said} 3 (Error" in last.get("crashing", "") for said in ("exited", "last exit"))
+        return dict(last) if pulled and crashed else None
+
+    try:
+        lines = wait_until("both pods to say why they are not Ready", said, 120, interval=2)
+    except TimeoutError:
+        pytest.fail(f"the pods said: {last}")
+    finally:
+        kube.run("delete", "pod", "absent", "crashing", "-n", "default", "--wait=false", check=False)
+    print("\n".join(lines.values()))
+    assert lines["absent"].startswith("default/absent: app waiting: ")
+    assert absent in lines["absent"] and "[events: " in lines["absent"]
+    assert lines["crashing"].startswith("default/crashing: app ") and "BackOff" in lines["crashing"]
 
 
 def _running(pod: dict[str, object]) -> bool:

@@ -51,6 +51,9 @@ def test_a_crash_loop_gives_the_last_exit_and_a_failing_probe_its_latest_events(
                    "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}])
     assert pod_not_ready(crashing) == ("kueue-system/mlflow-1: mlflow waiting: CrashLoopBackOff back-off 40s "
                                        "(restarts 3, last exit 137 (OOMKilled))")
+    backing_off = pod("mlflow-2", {"Ready": "False"}, [{"name": "mlflow", "ready": False, "restartCount": 2,
+                      "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}])
+    assert pod_not_ready(backing_off) == "kueue-system/mlflow-2: mlflow exited 3 (Error, restarts 2)"
     slow = pod("cnpg-1", {"Ready": "False"}, [{"name": "manager", "ready": False, "restartCount": 1,
                "state": {"running": {}}, "lastState": {"terminated": {"exitCode": 2, "reason": "Error"}}}])
     events = [event("uid-cnpg-1", "Unhealthy", f"Readiness probe failed: {n}", f"2026-12-07T10:00:0{n}Z")

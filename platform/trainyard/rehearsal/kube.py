@@ -137,9 +137,9 @@ def wait_until(what: str, check: Callable[[], T | None], timeout: float, interva
 
 def pod_not_ready(pod: Manifest, events: Iterable[Manifest] = ()) -> str | None:
     """Why ``pod`` is not Ready, in one line (None when it is, or when it finished): unscheduled, each container
-    waiting (ImagePullBackOff, CrashLoopBackOff: with its last exit), running but not ready, and the pod's latest
-    Warning events (a failed probe, a failed pull) from ``events``, the namespace's. What an admin asks first when a
-    Deployment misses its readiness wait."""
+    waiting (ImagePullBackOff, CrashLoopBackOff: with its last exit) or exited (the kubelet of 1.36 shows a container
+    in its restart back-off so), running but not ready, and the pod's latest Warning events (a failed probe, a failed
+    pull) from ``events``, the namespace's. What an admin asks first when a Deployment misses its readiness wait."""
     status = pod.get("status", {})
     phase = status.get("phase", "Pending")
     if phase in ("Succeeded", "Failed") and pod["metadata"].get("ownerReferences", [{}])[0].get("kind") == "Job":
@@ -166,7 +166,7 @@ def pod_not_ready(pod: Manifest, events: Iterable[Manifest] = ()) -> str | None:
             reasons.append(f"{container['name']} running, not ready (restarts {restarts}{previous})")
         elif "terminated" in state and state["terminated"].get("exitCode") != 0:
             reasons.append(f"{container['name']} exited {state['terminated'].get('exitCode')} "
-                           f"({state['terminated'].get('reason', 'no reason')})")
+                           f"({state['terminated'].get('reason', 'no reason')}, restarts {restarts})")
     if not reasons:
         reasons.append(f"phase {phase}")
     uid = pod["metadata"].get("uid")
