@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,16 +78,20 @@ def deployed_platform(tmp_path_factory: pytest.TempPathFactory, directory: str, 
     os.environ["TRAINYARD_POD_NETWORK"] = env["TRAINYARD_POD_NETWORK"]  # RealNode reads it from the process
     session = Rehearsal(open_stack("local", ROOT), Settings.from_env(env), overrides, env=env, real_nodes=True)
     try:
-        start = time.monotonic()
-        session.up()
-        timings["cluster up (control plane, real node, mirror filled)"] = time.monotonic() - start
-        run = session.deploy()
-        assert run.returncode == 0, run.output[-6000:] + "\nthe platform's pods not Ready:\n" + "\n".join(
-            session.pods_not_ready())
-        timings["first pulumi up"] = run.seconds
-        start = time.monotonic()
-        print(session.wait_platform_ready())
-        timings[ready_step] = time.monotonic() - start
+        try:
+            start = time.monotonic()
+            session.up()
+            timings["cluster up (control plane, real node, mirror filled)"] = time.monotonic() - start
+            run = session.deploy()
+            assert run.returncode == 0, run.output[-6000:] + "\nthe platform's pods not Ready:\n" + "\n".join(
+                session.pods_not_ready())
+            timings["first pulumi up"] = run.seconds
+            start = time.monotonic()
+            print(session.wait_platform_ready())
+            timings[ready_step] = time.monotonic() - start
+        except BaseException:
+            keep_logs(session, base / "logs-of-the-failed-deployment")
+            raise
         yield session
     finally:
         start = time.monotonic()
@@ -94,3 +100,14 @@ def deployed_platform(tmp_path_factory: pytest.TempPathFactory, directory: str, 
         os.environ.pop("TRAINYARD_POD_NETWORK", None)
         left = RealNode(session.settings, REAL_NODE, 0, proxy=True).leftovers()
         assert left == [], left
+
+
+def keep_logs(session: Rehearsal, into: Path) -> None:
+    """The host processes' logs (API server, kubelet, containerd, ...) and the real node's pod logs, copied out of the
+    state directory that ``down(purge=True)`` removes, so a failed deployment can be read after the run (pytest keeps
+    its last three base directories)."""
+    sources = [session.settings.logs, RealNode(session.settings, REAL_NODE, 0, proxy=True).layout.path("pod-logs")]
+    for source in sources:
+        if source.is_dir():
+            shutil.copytree(source, into / source.name, dirs_exist_ok=True, ignore_dangling_symlinks=True)
+    print(f"the failed deployment's logs: {into}")
