@@ -200,7 +200,7 @@ def test_a_pod_that_cannot_start_says_why(real_node: Running) -> None:
         last.update({p["metadata"]["name"]: pod_not_ready(p, events) or "" for p in kube.items("pods", "default")
                      if p["metadata"]["name"] in ("absent", "crashing")})
         pulled = "ImagePullBackOff" in last.get("absent", "") or "ErrImagePull" in last.get("absent", "")
-        crashed = any(f"{said} 3 (Error" in last.get("crashing", "") for said in ("exited", "last exit"))
+        crashed = any(f"{word} 3 (Error" in last.get("crashing", "") for word in ("exited", "last exit"))
         return dict(last) if pulled and crashed else None
 
     try:

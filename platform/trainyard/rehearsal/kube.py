@@ -142,7 +142,8 @@ def pod_not_ready(pod: Manifest, events: Iterable[Manifest] = ()) -> str | None:
     pull) from ``events``, the namespace's. What an admin asks first when a Deployment misses its readiness wait."""
     status = pod.get("status", {})
     phase = status.get("phase", "Pending")
-    if phase in ("Succeeded", "Failed") and pod["metadata"].get("ownerReferences", [{}])[0].get("kind") == "Job":
+    owners = pod["metadata"].get("ownerReferences") or []
+    if phase in ("Succeeded", "Failed") and any(owner.get("kind") == "Job" for owner in owners):
         return None
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     if conditions.get("Ready", {}).get("status") == "True":
@@ -151,8 +152,8 @@ def pod_not_ready(pod: Manifest, events: Iterable[Manifest] = ()) -> str | None:
     reasons = []
     if not pod.get("spec", {}).get("nodeName"):
         scheduled = conditions.get("PodScheduled", {})
-        reasons.append(f"not scheduled ({scheduled.get('reason', 'no decision yet')}: "
-                       f"{scheduled.get('message', '').strip()})".replace(": )", ")"))
+        why = [scheduled.get("reason", "no decision yet"), scheduled.get("message", "").strip()]
+        reasons.append(f"not scheduled ({': '.join(part for part in why if part)})")
     for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
         state, last = container.get("state", {}), container.get("lastState", {}).get("terminated")
         restarts = container.get("restartCount", 0)

@@ -495,7 +495,7 @@ class Rehearsal:
         except TimeoutError:
             raise ClusterError("the platform is not Ready: " + "; ".join(problems() + self.pods_not_ready())) from None
         shown = [self.kube.run("get", "pods", "-n", namespace, "-o", "wide").stdout.rstrip()
-                 for namespace in [*namespaces, *sorted({ns for ns, _ in self.postgres_clusters()})]]
+                 for namespace in [*namespaces, *self._postgres_namespaces()]]
         if store is not None:
             shown.append(self.kube.run("get", "jobs", "-n", store).stdout.rstrip())
         if self.monitoring_wanted():
@@ -511,13 +511,16 @@ class Rehearsal:
             return []
         found = []
         try:
-            for namespace in sorted({*self.installed_namespaces(), *(ns for ns, _ in self.postgres_clusters())}):
+            for namespace in sorted({*self.installed_namespaces(), *self._postgres_namespaces()}):
                 events = self.kube.items("events", namespace)
                 found += [why for pod in self.kube.items("pods", namespace)
                           if (why := pod_not_ready(pod, events)) is not None]
         except (KubeError, ClusterError) as exc:
             return [f"(the pods could not be listed: {exc})"]
         return found
+
+    def _postgres_namespaces(self) -> list[str]:
+        return sorted({namespace for namespace, _ in self.postgres_clusters()})
 
     def _provisioning_problems(self, namespace: str) -> list[str]:
         """Why the object store's provisioning Job is not Complete (empty once it is); a failed one with its log."""
