@@ -13,15 +13,22 @@ https://kubernetes.io/docs/reference/using-api/api-concepts/#receiving-resources
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ipaddress
 import json
+import os
 import ssl
+import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+import yaml
+
+from trainyard import yamlio
 
 JSON = "application/json"
 APPLY = "application/apply-patch+yaml"
@@ -53,21 +60,64 @@ def loopback_server(server: str) -> str:
 
 class ApiClient:
     def __init__(self, server: str, ca: Path, cert: Path, key: Path, user_agent: str, timeout: float = 10) -> None:
+        context = ssl.create_default_context(cafile=str(ca))
+        context.load_cert_chain(str(cert), str(key))
+        self._setup(server, context, user_agent, timeout)
+
+    def _setup(self, server: str, context: ssl.SSLContext, user_agent: str, timeout: float,
+               token: str | None = None) -> None:
         self.server = loopback_server(server)
-        self.context = ssl.create_default_context(cafile=str(ca))
-        self.context.load_cert_chain(str(cert), str(key))
+        self.context = context
         self.user_agent = user_agent
         self.timeout = timeout
+        self.token = token
+        # No proxy, whatever the environment says: the server is on a loopback address (Go's clients, kubectl among
+        # them, never proxy one either).
+        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
+                                                  urllib.request.HTTPSHandler(context=context))
+
+    @classmethod
+    def from_kubeconfig(cls, path: Path, user_agent: str, timeout: float = 10) -> tuple[ApiClient, str] | None:
+        """A client with the credentials of ``path``'s current context, and that context's namespace ("default" if
+        it names none); None where this client cannot stand in for kubectl with that kubeconfig: a server that is
+        not a loopback https URL, or a user that is neither a client certificate nor a bearer token (exec and
+        auth-provider plugins, impersonation)."""
+        try:
+            config = yamlio.safe_load(path.read_text()) or {}
+            context_name = config.get("current-context")
+            context = _named(config.get("contexts"), context_name, "context")
+            cluster = _named(config.get("clusters"), context.get("cluster"), "cluster")
+            user = _named(config.get("users"), context.get("user"), "user")
+            server = loopback_server(str(cluster.get("server") or ""))
+        except (OSError, ValueError, AttributeError, TypeError, yaml.YAMLError):
+            return None
+        if cluster.get("proxy-url") or cluster.get("insecure-skip-tls-verify") or cluster.get("tls-server-name") or (
+                set(user) - {"client-certificate-data", "client-key-data", "client-certificate", "client-key", "token"}):
+            return None
+        try:
+            ca = _pem(cluster, "certificate-authority", path.parent)
+            cert, key = _pem(user, "client-certificate", path.parent), _pem(user, "client-key", path.parent)
+        except (OSError, ValueError):
+            return None
+        token = user.get("token")
+        tls = _tls(ca, cert, key) if ca is not None and ((cert and key) or token) else None
+        if tls is None:
+            return None
+        client = cls.__new__(cls)
+        client._setup(server, tls, user_agent, timeout, token=str(token) if token and not (cert and key) else None)
+        return client, str(context.get("namespace") or "default")
 
     def request(self, method: str, path: str, body: Obj | None = None, content_type: str = JSON,
                 accept: str = JSON) -> Obj | None:
         """The decoded answer; None for 404 (an absent object, or an API the cluster does not serve)."""
         data = json.dumps(body).encode() if body is not None else None
+        headers = {"Accept": accept, "Content-Type": content_type, "User-Agent": self.user_agent}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
         request = urllib.request.Request(self.server + path, data=data, method=method,  # noqa: S310 - https only
-                                         headers={"Accept": accept, "Content-Type": content_type,
-                                                  "User-Agent": self.user_agent})
+                                         headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=self.context) as answer:  # noqa: S310
+            with self.opener.open(request, timeout=self.timeout) as answer:
                 decoded: Obj = json.loads(answer.read() or b"{}")
                 return decoded
         except urllib.error.HTTPError as error:
@@ -77,6 +127,25 @@ class ApiClient:
             with contextlib.suppress(ValueError, AttributeError):
                 text = str(json.loads(text).get("message", text))
             raise ApiError(method, path, error.code, text) from None
+        except (urllib.error.URLError, OSError) as error:
+            raise ApiError(method, path, 0, f"unreachable: {error}") from None
+
+    def status(self, method: str, path: str) -> tuple[int, Obj]:
+        """A request's HTTP status and decoded body, errors included (their ``Status`` object): for a caller that
+        reports the API server's own message, as kubectl does."""
+        headers = {"Accept": JSON, "User-Agent": self.user_agent}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        request = urllib.request.Request(self.server + path, method=method, headers=headers)  # noqa: S310 - https only
+        try:
+            with self.opener.open(request, timeout=self.timeout) as answer:
+                return answer.status, json.loads(answer.read() or b"{}")
+        except urllib.error.HTTPError as error:
+            body: Obj = {}
+            with contextlib.suppress(ValueError):
+                decoded = json.loads(error.read() or b"{}")
+                body = decoded if isinstance(decoded, dict) else {}
+            return error.code, body
         except (urllib.error.URLError, OSError) as error:
             raise ApiError(method, path, 0, f"unreachable: {error}") from None
 
@@ -98,3 +167,41 @@ class ApiClient:
         conflicting fields (``force``), as a controller does for the fields it alone sets."""
         query = urllib.parse.urlencode({"fieldManager": field_manager, "force": "true"})
         return self.request("PATCH", f"{path}?{query}", configuration, content_type=APPLY)
+
+
+def _named(entries: Any, name: Any, key: str) -> dict[str, Any]:
+    """The ``key`` mapping of the kubeconfig list entry called ``name``; ValueError if there is none."""
+    for entry in entries or []:
+        if isinstance(entry, dict) and entry.get("name") == name and isinstance(entry.get(key), dict):
+            found: dict[str, Any] = entry[key]
+            return found
+    raise ValueError(f"no {key} {name!r}")
+
+
+def _pem(section: dict[str, Any], field: str, base: Path) -> str | None:
+    """A kubeconfig credential as PEM text: ``FIELD-data`` (base64) or ``FIELD`` (a file, relative to the
+    kubeconfig's directory); None if neither is set."""
+    if section.get(f"{field}-data"):
+        return base64.b64decode(str(section[f"{field}-data"]), validate=True).decode()
+    if section.get(field):
+        return (base / str(section[field])).read_text()
+    return None
+
+
+def _tls(ca: str, cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    """A TLS context that trusts ``ca`` and presents ``cert`` and ``key`` where given; None if they do not load."""
+    try:
+        tls = ssl.create_default_context(cadata=ca)
+        if cert and key:
+            # ssl loads a certificate chain from a file only: the pair goes to a private file that is gone again
+            # before this returns (the kubeconfig itself holds the key, readable by its owner only).
+            fd, name = tempfile.mkstemp(prefix=".kube-client-", suffix=".pem")
+            try:
+                with os.fdopen(fd, "w") as out:
+                    out.write(cert + "\n" + key + "\n")
+                tls.load_cert_chain(name)
+            finally:
+                os.unlink(name)
+    except ssl.SSLError:
+        return None
+    return tls

@@ -3,6 +3,17 @@
 The rehearsal talks to its API server only through this (and ``kubectl`` only through it), so
 every call uses the rehearsal's kubeconfig and the kubectl built with the API server, never an
 ambient one.
+
+Reads (``get``, ``items``, ``exists``) do what ``kubectl get`` does without starting a kubectl: they are what the
+rehearsal polls (a scenario looks at its Workloads, TrainJobs and pods every second; every wait is a loop of them),
+and a kubectl process costs ~85 ms of CPU, which on a 2-core machine was the largest single share of the cluster
+tier's CPU (4315 kubectl processes, 366 CPU-seconds of its ~2050, process accounting, 2026-12-07). The same
+request goes to the API server with the kubeconfig's credentials (``api_client.ApiClient.from_kubeconfig``), the
+resource named as kubectl accepts it (plural, singular, short name or kind, optionally ``.group`` or
+``.version.group``) and found in the server's aggregated discovery, core first as kubectl does. Anything else falls
+back to kubectl itself, so its answer and its error text stay the reference: a kubeconfig this client cannot use, a
+name discovery does not resolve to one resource, any refusal but NotFound.
+Ref: https://kubernetes.io/docs/concepts/overview/kubernetes-api/#aggregated-discovery
 """
 
 from __future__ import annotations
@@ -11,12 +22,14 @@ import json
 import os
 import subprocess
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from trainyard import yamlio
+from trainyard.rehearsal.api_client import ApiClient, ApiError
 
 Manifest = dict[str, Any]
 T = TypeVar("T")
@@ -60,9 +73,23 @@ class Kube:
             args.append("--all-namespaces")
         elif namespace:
             args += ["-n", namespace]
+        read = _reads(self.kubeconfig)
+        if read is not None:
+            status, found = read.get(resource, name, namespace)
+            if status == 200:
+                return found
+            if status == 404 and name:
+                raise KubeError(f"kubectl {' '.join(args)} -o json failed (1): Error from server (NotFound): "
+                                f"{found.get('message') or f'{resource} {name!r} not found'}")
         return json.loads(self.run(*args, "-o", "json").stdout)
 
     def items(self, resource: str, namespace: str | None = "*", selector: str | None = None) -> list[Manifest]:
+        read = _reads(self.kubeconfig)
+        if read is not None:
+            status, found = read.get(resource, None, namespace, selector)
+            if status == 200:
+                listed: list[Manifest] = found["items"]
+                return listed
         args = ["get", resource, "-o", "json"]
         args += ["--all-namespaces"] if namespace == "*" else (["-n", namespace] if namespace else [])
         if selector:
@@ -71,6 +98,11 @@ class Kube:
         return items
 
     def exists(self, resource: str, name: str, namespace: str | None = None) -> bool:
+        read = _reads(self.kubeconfig)
+        if read is not None:
+            status, _ = read.get(resource, name, namespace)
+            if status in (200, 404):
+                return status == 200
         args = ["get", resource, name, "-o", "name", *(["-n", namespace] if namespace else [])]
         return self.run(*args, check=False).returncode == 0
 
@@ -118,6 +150,133 @@ class Kube:
         """``kubectl kustomize DIR``: the upstream kustomizations, rendered as upstream's Makefiles do."""
 
         return [d for d in yamlio.safe_load_all(self.run("kustomize", str(directory)).stdout) if d]
+
+
+# The Accept header of aggregated discovery: every group, version and resource of the server in one answer.
+DISCOVERY = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+# What a read through the API may take before it counts as failed (and falls back to kubectl, whose own timeout is
+# KUBECTL_TIMEOUT): lists of every pod on a loaded 2-core machine have taken seconds.
+READ_TIMEOUT = 120.0
+NOT_READ = 0  # the status of a read this client did not make: the caller asks kubectl
+
+
+@dataclass(frozen=True)
+class _Resource:
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def prefix(self) -> str:
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+
+class _Reads:
+    """``kubectl get``'s reads through one kubeconfig's credentials, without a kubectl process."""
+
+    def __init__(self, client: ApiClient, namespace: str) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.index: dict[str, list[_Resource]] | None = None
+
+    def _discover(self) -> dict[str, list[_Resource]]:
+        """Every name kubectl accepts for a resource (plural, singular, short names, kind), each with every
+        version that serves it: the preferred version first, the core group before all others."""
+        index: dict[str, list[_Resource]] = {}
+        for path in ("/api", "/apis"):
+            found = self.client.request("GET", path, accept=DISCOVERY) or {}
+            if found.get("kind") != "APIGroupDiscoveryList":
+                raise ApiError("GET", path, 0, "no aggregated discovery")
+            for group in found.get("items") or []:
+                name = str((group.get("metadata") or {}).get("name") or "")
+                for version in group.get("versions") or []:
+                    for entry in version.get("resources") or []:
+                        kind = str((entry.get("responseKind") or {}).get("kind") or "")
+                        resource = _Resource(name, str(version.get("version")), str(entry.get("resource")),
+                                             entry.get("scope") == "Namespaced", kind)
+                        names = {resource.plural, str(entry.get("singularResource") or ""), kind.lower(),
+                                 *(str(n) for n in entry.get("shortNames") or [])}
+                        for key in names - {""}:
+                            index.setdefault(key, []).append(resource)
+        return index
+
+    def resolve(self, resource: str) -> _Resource | None:
+        """The one resource kubectl would read for ``resource``; None where that is not plain (the caller asks
+        kubectl, which then says what it makes of it)."""
+        if "/" in resource or "," in resource or not resource:
+            return None
+        if self.index is None:
+            self.index = self._discover()
+        head, _, qualifier = resource.lower().partition(".")
+        found = [r for r in self.index.get(head, [])
+                 if not qualifier or qualifier in (r.group, f"{r.version}.{r.group}")]
+        if not qualifier and any(r.group == "" for r in found):
+            found = [r for r in found if r.group == ""]
+        if len({r.group for r in found}) != 1:
+            return None
+        return found[0]
+
+    def get(self, resource: str, name: str | None, namespace: str | None,
+            selector: str | None = None) -> tuple[int, Any]:
+        """(HTTP status, answer) of what ``kubectl get`` reads; ``(NOT_READ, None)`` where kubectl must answer. A
+        list comes back as kubectl prints it: a ``List`` whose items carry their apiVersion and kind."""
+        try:
+            found = self.resolve(resource)
+            if found is None or (name and namespace == "*"):
+                return NOT_READ, None
+            path = found.prefix
+            if found.namespaced and namespace != "*":
+                path += f"/namespaces/{urllib.parse.quote(namespace or self.namespace, safe='')}"
+            path += f"/{found.plural}"
+            if name:
+                path += f"/{urllib.parse.quote(name, safe='')}"
+            if selector:
+                path += "?" + urllib.parse.urlencode({"labelSelector": selector})
+            status, answer = self.client.status("GET", path)
+        except ApiError:
+            return NOT_READ, None
+        if status == 404 and not name:
+            self.index = None  # a resource discovery named is gone (its CRD deleted): discover again next time
+            return NOT_READ, None
+        if status != 200:
+            return status, answer
+        if name:
+            return status, _shown(answer)
+        items = [_shown({"apiVersion": found.api_version, "kind": found.kind, **item}) for item in answer.get("items") or []]
+        return status, {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
+
+
+def _shown(obj: Manifest) -> Manifest:
+    """``obj`` as ``kubectl get -o json`` prints it: without its managedFields (``--show-managed-fields=false``)."""
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict) and "managedFields" in metadata:
+        obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
+    return obj
+
+
+_READS: dict[tuple[str, int, int], _Reads | None] = {}
+
+
+def _reads(kubeconfig: Path) -> _Reads | None:
+    """The reads of ``kubeconfig`` (kept while the file is unchanged); None where its credentials are not ones
+    ``ApiClient`` uses (kubectl reads then)."""
+    try:
+        stat = kubeconfig.stat()
+    except OSError:
+        return None
+    key = (str(kubeconfig), stat.st_mtime_ns, stat.st_size)
+    if key not in _READS:
+        if len(_READS) > 64:
+            _READS.clear()
+        made = ApiClient.from_kubeconfig(kubeconfig, "trainyard-rehearsal", timeout=READ_TIMEOUT)
+        _READS[key] = _Reads(*made) if made else None
+    return _READS[key]
 
 
 def wait_until(what: str, check: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
