@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 import yaml
 
 from tests.cluster.conftest import BIN_DIR, Cluster, bare_api_server
-from trainyard.rehearsal.kube import Kube, KubeError, _reads, wait_until
+from trainyard.rehearsal.kube import REDISCOVER_AFTER, Kube, KubeError, _reads, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -114,3 +115,14 @@ def test_what_the_reads_cannot_resolve_is_asked_of_kubectl(api: Cluster, tmp_pat
         Kube(NOWHERE, impersonating).items("configmaps", "reads")
     assert [c["metadata"]["name"] for c in Kube(kubectl, impersonating).items("configmaps", "reads")
             if c["metadata"]["name"].startswith("cm-")] == ["cm-0", "cm-1", "cm-2"]
+
+
+def test_a_kind_served_after_the_first_read_is_read_without_kubectl(api: Cluster) -> None:
+    fast = Kube(NOWHERE, api.kubeconfig)
+    assert fast.items("configmaps", "reads")  # discovery made before the next CRD exists
+    gadgets = {**WIDGETS, "metadata": {"name": "gadgets.example.trainyard.dev"},
+               "spec": {**WIDGETS["spec"], "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"}}}
+    api.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(gadgets))
+    api.wait_established("gadgets.example.trainyard.dev")
+    time.sleep(REDISCOVER_AFTER)
+    assert wait_until("gadgets to be read without kubectl", lambda: fast.items("gadgets", "*") == [] or None, 30) is True

@@ -157,6 +157,8 @@ DISCOVERY = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryLis
 # What a read through the API may take before it counts as failed (and falls back to kubectl, whose own timeout is
 # KUBECTL_TIMEOUT): lists of every pod on a loaded 2-core machine have taken seconds.
 READ_TIMEOUT = 120.0
+# A name discovery did not know is looked up again in a new discovery, at most this often (seconds).
+REDISCOVER_AFTER = 2.0
 NOT_READ = 0  # the status of a read this client did not make: the caller asks kubectl
 
 
@@ -184,6 +186,7 @@ class _Reads:
         self.client = client
         self.namespace = namespace
         self.index: dict[str, list[_Resource]] | None = None
+        self.discovered_at = 0.0
 
     def _discover(self) -> dict[str, list[_Resource]]:
         """Every name kubectl accepts for a resource (plural, singular, short names, kind), each with every
@@ -211,16 +214,22 @@ class _Reads:
         kubectl, which then says what it makes of it)."""
         if "/" in resource or "," in resource or not resource:
             return None
+        found = self._matching(resource)
+        if not found and time.monotonic() - self.discovered_at > REDISCOVER_AFTER:
+            self.index = None  # a resource served since (a CRD the stack installed): discover again
+            found = self._matching(resource)
+        return found[0] if len({r.group for r in found}) == 1 else None
+
+    def _matching(self, resource: str) -> list[_Resource]:
         if self.index is None:
             self.index = self._discover()
+            self.discovered_at = time.monotonic()
         head, _, qualifier = resource.lower().partition(".")
         found = [r for r in self.index.get(head, [])
                  if not qualifier or qualifier in (r.group, f"{r.version}.{r.group}")]
         if not qualifier and any(r.group == "" for r in found):
             found = [r for r in found if r.group == ""]
-        if len({r.group for r in found}) != 1:
-            return None
-        return found[0]
+        return found
 
     def get(self, resource: str, name: str | None, namespace: str | None,
             selector: str | None = None) -> tuple[int, Any]:
