@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +18,7 @@ from tests.conftest import ROOT
 from tests.node.test_real_node import free_pod_network
 from trainyard.project import open_stack
 from trainyard.rehearsal.cluster import ControlPlane, Settings
+from trainyard.rehearsal.kube import KubeError
 from trainyard.rehearsal.node import RealNode
 from trainyard.rehearsal.session import REAL_NODE, Rehearsal
 
@@ -62,10 +63,13 @@ def one_real_node(tmp_path_factory: pytest.TempPathFactory, directory: str, tool
 @contextmanager
 def deployed_platform(tmp_path_factory: pytest.TempPathFactory, directory: str, tools: tuple[str, ...],
                       timings: dict[str, float], ready_step: str,
-                      overrides: Mapping[str, Any] | None = None) -> Iterator[Rehearsal]:
+                      overrides: Mapping[str, Any] | None = None,
+                      failed: Callable[[], bool] = lambda: False) -> Iterator[Rehearsal]:
     """The local stack on a private control plane with node-0 (``make up``'s path: ``Rehearsal(real_nodes=True)``):
     up, ``pulumi up``, the platform Ready, each step timed into ``timings``; ``overrides`` as ``Rehearsal`` takes them.
-    Skips (saying why) where ``tools`` are missing; afterwards down, purged, and nothing of the node left."""
+    Skips (saying why) where ``tools`` are missing; afterwards down, purged, and nothing of the node left. Where
+    ``failed()`` says a test on it failed, the pods that restarted or are not Ready are printed and the logs kept
+    first (``keep_logs``), as for a failed deployment."""
     if os.geteuid() != 0:
         pytest.skip("a real node needs root (containerd, kubelet, network namespaces)")
     problem = tools_problem(*tools)
@@ -93,6 +97,9 @@ def deployed_platform(tmp_path_factory: pytest.TempPathFactory, directory: str, 
             keep_logs(session, base / "logs-of-the-failed-deployment")
             raise
         yield session
+        if failed():
+            print("\n".join(["the platform's pods after the failed tests:", *restarted_or_not_ready(session)]))
+            keep_logs(session, base / "logs-of-the-failed-tests")
     finally:
         start = time.monotonic()
         session.down(purge=True)
@@ -100,6 +107,24 @@ def deployed_platform(tmp_path_factory: pytest.TempPathFactory, directory: str, 
         os.environ.pop("TRAINYARD_POD_NETWORK", None)
         left = RealNode(session.settings, REAL_NODE, 0, proxy=True).leftovers()
         assert left == [], left
+
+
+def restarted_or_not_ready(session: Rehearsal) -> list[str]:
+    """One line per pod of the cluster whose containers restarted (each one's count and last end: OOMKilled, Error
+    and its exit code), then ``pods_not_ready``: what an in-cluster service that failed a test went through."""
+    lines = []
+    try:
+        pods = session.kube.items("pods", "*")
+    except KubeError as error:
+        return [f"(the pods could not be listed: {error})"]
+    for pod in pods:
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            if status.get("restartCount"):
+                ended = (status.get("lastState") or {}).get("terminated") or {}
+                lines.append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}: {status['name']} restarted "
+                             f"{status['restartCount']}x, last {ended.get('reason', '?')} (exit {ended.get('exitCode', '?')}"
+                             f" at {ended.get('finishedAt', '?')})")
+    return lines + session.pods_not_ready() or ["(every pod Ready, none restarted)"]
 
 
 def keep_logs(session: Rehearsal, into: Path) -> None:

@@ -25,10 +25,11 @@ HERE = Path(__file__).parent
 
 
 @pytest.fixture(scope="package")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rehearsal]:
+def live(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Rehearsal]:
+    failed_before = request.session.testsfailed
     with deployed_platform(tmp_path_factory, "platform", TOOLS, TIMINGS,
                            "then every controller, the Cluster, the operator and the Prometheus Ready",
-                           OVERRIDES) as session:
+                           OVERRIDES, failed=lambda: request.session.testsfailed > failed_before) as session:
         yield session
 
 
