@@ -135,4 +135,4 @@ def keep_logs(session: Rehearsal, into: Path) -> None:
     for source in sources:
         if source.is_dir():
             shutil.copytree(source, into / source.name, dirs_exist_ok=True, ignore_dangling_symlinks=True)
-    print(f"the failed deployment's logs: {into}")
+    print(f"logs kept: {into}")

@@ -59,15 +59,9 @@ def loopback_server(server: str) -> str:
 
 
 class ApiClient:
-    def __init__(self, server: str, ca: Path, cert: Path, key: Path, user_agent: str, timeout: float = 10) -> None:
-        context = ssl.create_default_context(cafile=str(ca))
-        context.load_cert_chain(str(cert), str(key))
-        self._setup(server, context, user_agent, timeout)
-
-    def _setup(self, server: str, context: ssl.SSLContext, user_agent: str, timeout: float,
-               token: str | None = None) -> None:
+    def __init__(self, server: str, context: ssl.SSLContext, user_agent: str, timeout: float = 10,
+                 token: str | None = None) -> None:
         self.server = loopback_server(server)
-        self.context = context
         self.user_agent = user_agent
         self.timeout = timeout
         self.token = token
@@ -75,6 +69,13 @@ class ApiClient:
         # them, never proxy one either).
         self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
                                                   urllib.request.HTTPSHandler(context=context))
+
+    @classmethod
+    def from_files(cls, server: str, ca: Path, cert: Path, key: Path, user_agent: str, timeout: float = 10) -> ApiClient:
+        """A client presenting the certificate ``cert`` (its key ``key``) and trusting the CA ``ca``."""
+        context = ssl.create_default_context(cafile=str(ca))
+        context.load_cert_chain(str(cert), str(key))
+        return cls(server, context, user_agent, timeout)
 
     @classmethod
     def from_kubeconfig(cls, path: Path, user_agent: str, timeout: float = 10) -> tuple[ApiClient, str] | None:
@@ -103,13 +104,29 @@ class ApiClient:
         tls = _tls(ca, cert, key) if ca is not None and ((cert and key) or token) else None
         if tls is None:
             return None
-        client = cls.__new__(cls)
-        client._setup(server, tls, user_agent, timeout, token=str(token) if token and not (cert and key) else None)
+        client = cls(server, tls, user_agent, timeout, token=str(token) if token and not (cert and key) else None)
         return client, str(context.get("namespace") or "default")
 
     def request(self, method: str, path: str, body: Obj | None = None, content_type: str = JSON,
                 accept: str = JSON) -> Obj | None:
         """The decoded answer; None for 404 (an absent object, or an API the cluster does not serve)."""
+        code, decoded, text = self._send(method, path, body, content_type, accept)
+        if code == 404:
+            return None
+        if code >= 400:
+            raise ApiError(method, path, code, str(decoded.get("message") or text))
+        return decoded
+
+    def status(self, method: str, path: str) -> tuple[int, Obj]:
+        """A request's HTTP status and decoded body, errors included (their ``Status`` object): for a caller that
+        reports the API server's own message, as kubectl does."""
+        code, decoded, _ = self._send(method, path)
+        return code, decoded
+
+    def _send(self, method: str, path: str, body: Obj | None = None, content_type: str = JSON,
+              accept: str = JSON) -> tuple[int, Obj, str]:
+        """(HTTP status, the answer decoded (``{}`` where it is not a JSON object), its text); ApiError with status 0
+        where the server could not be reached."""
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Accept": accept, "Content-Type": content_type, "User-Agent": self.user_agent}
         if self.token:
@@ -118,36 +135,16 @@ class ApiClient:
                                          headers=headers)
         try:
             with self.opener.open(request, timeout=self.timeout) as answer:
-                decoded: Obj = json.loads(answer.read() or b"{}")
-                return decoded
+                code, raw = answer.status, answer.read()
         except urllib.error.HTTPError as error:
-            if error.code == 404:
-                return None
-            text = error.read().decode(errors="replace")
-            with contextlib.suppress(ValueError, AttributeError):
-                text = str(json.loads(text).get("message", text))
-            raise ApiError(method, path, error.code, text) from None
+            code, raw = error.code, error.read()
         except (urllib.error.URLError, OSError) as error:
             raise ApiError(method, path, 0, f"unreachable: {error}") from None
-
-    def status(self, method: str, path: str) -> tuple[int, Obj]:
-        """A request's HTTP status and decoded body, errors included (their ``Status`` object): for a caller that
-        reports the API server's own message, as kubectl does."""
-        headers = {"Accept": JSON, "User-Agent": self.user_agent}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        request = urllib.request.Request(self.server + path, method=method, headers=headers)  # noqa: S310 - https only
-        try:
-            with self.opener.open(request, timeout=self.timeout) as answer:
-                return answer.status, json.loads(answer.read() or b"{}")
-        except urllib.error.HTTPError as error:
-            body: Obj = {}
-            with contextlib.suppress(ValueError):
-                decoded = json.loads(error.read() or b"{}")
-                body = decoded if isinstance(decoded, dict) else {}
-            return error.code, body
-        except (urllib.error.URLError, OSError) as error:
-            raise ApiError(method, path, 0, f"unreachable: {error}") from None
+        text = raw.decode(errors="replace")
+        decoded: Any = {}
+        with contextlib.suppress(ValueError):
+            decoded = json.loads(raw or b"{}")
+        return code, decoded if isinstance(decoded, dict) else {}, text
 
     def get(self, path: str) -> Obj | None:
         return self.request("GET", path)

@@ -29,8 +29,8 @@ def arguments(module: str, description: str, interval: float) -> argparse.Argume
 
 def client(server: str, pki: Path, client_cert: str, user_agent: str) -> ApiClient:
     """The process's client: its own certificate ``pki/<client_cert>.crt``, the cluster's CA, a loopback server only."""
-    return ApiClient(server, pki / "ca.crt", pki / f"{client_cert}.crt", pki / f"{client_cert}.key",
-                     user_agent=user_agent)
+    return ApiClient.from_files(server, pki / "ca.crt", pki / f"{client_cert}.crt", pki / f"{client_cert}.key",
+                                user_agent=user_agent)
 
 
 def missing_pki(pki: Path, client_cert: str) -> list[str]:
