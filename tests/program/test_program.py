@@ -125,6 +125,17 @@ def run_program(stack: str, monkeypatch: pytest.MonkeyPatch, lock: str = "regist
     return registered, options
 
 
+_RUNS: dict[str, tuple[Registered, dict[str, dict[str, Any]]]] = {}
+
+
+def program_run(stack: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Registered, dict[str, dict[str, Any]]]:
+    """``run_program(stack)`` with its defaults, run once per stack in this test process and shared by the tests that
+    only read what it declared (a run of prod's program under the mocks takes several seconds of CPU)."""
+    if stack not in _RUNS:
+        _RUNS[stack] = run_program(stack, monkeypatch)
+    return _RUNS[stack]
+
+
 def manifest_key(obj: dict[str, Any]) -> str:
     meta = obj["metadata"]
     return f"{type_token(obj)}:{meta.get('namespace', '')}/{meta['name']}"
@@ -133,7 +144,7 @@ def manifest_key(obj: dict[str, Any]) -> str:
 @pytest.mark.parametrize("stack", ["local", "prod", DATA_CACHE], ids=["local", "prod", "data-cache"])
 def test_registered_kubernetes_resources_are_exactly_the_rendered_manifests(stack: str, monkeypatch: pytest.MonkeyPatch) -> None:
     platform = rendered(stack)
-    registered, _ = run_program(stack, monkeypatch)
+    registered, _ = program_run(stack, monkeypatch)
     kube = [r for r in registered.resources if r.typ.startswith("kubernetes:") and r.typ != "pulumi:providers:kubernetes"
             and not r.typ.startswith("kubernetes:helm")]
     got = {f"{r.typ}:{r.inputs['metadata'].get('namespace', '')}/{r.inputs['metadata']['name']}": r.inputs for r in kube}
@@ -154,7 +165,7 @@ def test_each_generated_value_is_one_resource_and_every_field_using_one_is_secre
     stack: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     platform = rendered(stack)
-    registered, options = run_program(stack, monkeypatch)
+    registered, options = program_run(stack, monkeypatch)
     referenced = {name for o in platform.all_objects for name in names_in(o)}
     assert referenced, "the stack references no generated value"
     dynamic = [r.name for r in registered.resources if r.typ == DYNAMIC]
@@ -167,7 +178,7 @@ def test_each_generated_value_is_one_resource_and_every_field_using_one_is_secre
 @pytest.mark.parametrize("stack", ["local", "prod"])
 def test_every_kubernetes_resource_uses_the_explicit_provider(stack: str, monkeypatch: pytest.MonkeyPatch) -> None:
     rendered(stack)
-    registered, _ = run_program(stack, monkeypatch)
+    registered, _ = program_run(stack, monkeypatch)
     providers = [r for r in registered.resources if r.typ == "pulumi:providers:kubernetes"]
     assert [p.name for p in providers] == ["cluster"]
     assert providers[0].inputs.get("context") == yaml.safe_load(
@@ -179,11 +190,11 @@ def test_every_kubernetes_resource_uses_the_explicit_provider(stack: str, monkey
 
 def test_charts_are_declared_only_for_controllers_that_are_not_external(monkeypatch: pytest.MonkeyPatch) -> None:
     rendered("prod")
-    prod, _ = run_program("prod", monkeypatch)
+    prod, _ = program_run("prod", monkeypatch)
     assert sorted(r.name for r in prod.resources if r.typ == "kubernetes:helm.sh/v4:Chart") == [
         "cert-manager", "cnpg", "gpu-operator", "jobset", "kserve", "kueue", "minio-operator", "minio-tenant", "mlflow",
         "trainer"]
-    local, _ = run_program("local", monkeypatch)
+    local, _ = program_run("local", monkeypatch)
     assert [r.name for r in local.resources if r.typ == "kubernetes:helm.sh/v4:Chart"] == []
 
 
@@ -192,7 +203,7 @@ def test_data_holding_resources_are_retained_and_protected_as_the_stack_says(
     stack: str, protect: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     platform = rendered(stack)
-    _, options = run_program(stack, monkeypatch)
+    _, options = program_run(stack, monkeypatch)
     data = [manifest_key(o) for o in platform.all_objects if holds_data(o)]
     assert any(k.startswith("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition") for k in data)
     for key in data:
@@ -210,7 +221,7 @@ def test_every_chart_is_declared_with_crds_skipped_and_trainyards_post_renderer(
     from trainyard import post_render
 
     rendered("prod")
-    prod, _ = run_program("prod", monkeypatch)
+    prod, _ = program_run("prod", monkeypatch)
     command, args = post_render.command()
     charts = [r for r in prod.resources if r.typ == "kubernetes:helm.sh/v4:Chart"]
     assert charts
@@ -228,7 +239,7 @@ def test_the_registered_post_renderer_leaves_no_crd_in_any_chart(monkeypatch: py
         pytest.skip(MISSING)
     assert CHARTS_DIR is not None and HELM is not None
     platform = rendered("prod")
-    prod, _ = run_program("prod", monkeypatch)
+    prod, _ = program_run("prod", monkeypatch)
     renderer = charts.ChartRenderer(CHARTS_DIR, HELM)
     try:
         for chart in (r for r in prod.resources if r.typ == "kubernetes:helm.sh/v4:Chart"):
@@ -257,7 +268,7 @@ def test_local_deploys_with_placeholder_digests(monkeypatch: pytest.MonkeyPatch)
 def test_charts_are_pulled_from_the_stacks_oci_chart_mirror_at_their_pinned_versions(monkeypatch: pytest.MonkeyPatch) -> None:
     # prod names charts.mirror: every chart is <mirror>/<chart name> with no upstream repository (issue #24).
     platform = rendered("prod")
-    prod, _ = run_program("prod", monkeypatch)
+    prod, _ = program_run("prod", monkeypatch)
     charts = {r.name: r.inputs for r in prod.resources if r.typ == "kubernetes:helm.sh/v4:Chart"}
     releases = {r.name: r for r in platform.releases if not r.external}
     assert sorted(charts) == sorted(releases)

@@ -155,6 +155,11 @@ def _crd_name(blob_sha: str, content: bytes) -> str | None:
     return derived_text("crd-name", ("crd-name/1", blob_sha, yaml.__version__), compute)
 
 
+def parsed(content: bytes) -> Any:
+    """A fresh copy of the document of a CRD file's ``content``, parsed once per content (``_parse``'s caches)."""
+    return _parse(git_blob_sha(content), content)
+
+
 def _parse(blob_sha: str, content: bytes) -> Any:
     """A fresh copy of the parsed CRD (callers may edit it), from its JSON form.
 

@@ -59,8 +59,15 @@ def policy_config(config: PlatformConfig) -> dict[str, dict[str, str]]:
     return {rule_id: {"enforcementLevel": level} for rule_id, level in sorted(enforcement_levels(config).items())}
 
 
+# Leaves returned as they are before any ``isinstance`` against an abstract class: those checks were most of the
+# pack's time (a manifest's leaves outnumber its containers, and the pack copies every resource once per rule).
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def plain(value: Any) -> Any:
     """A deep copy as plain dicts and lists (the policy SDK hands over read-only mapping proxies)."""
+    if type(value) in _LEAVES:
+        return value
     if isinstance(value, Mapping):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, Sequence) and not isinstance(value, str | bytes):
