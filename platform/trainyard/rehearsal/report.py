@@ -150,7 +150,10 @@ class Observer:
         if not queue or not flavor:
             return flavor, None
         # Computed from the admitted Workloads, not read from the ClusterQueue's status: Kueue writes that
-        # status asynchronously, so right after an admission it may not count it yet.
+        # status asynchronously, so right after an admission it may not count it yet. Only those admitted no later
+        # than this one (their Admitted conditions' times, whole seconds): the observer may see an admission seconds
+        # late on a loaded machine, when a job submitted after it has been admitted too (seen in a cold CI run).
+        admitted_at = _admitted_at(workload)
         cq = self.kube.get("clusterqueues.kueue.x-k8s.io", queue)
         nominal = 0
         for group in cq["spec"].get("resourceGroups", []):
@@ -161,9 +164,10 @@ class Observer:
         used = 0
         for other in self.kube.items("workloads.kueue.x-k8s.io", workload["metadata"]["namespace"]):
             other_admission = (other.get("status") or {}).get("admission") or {}
-            admitted = any(c["type"] == "Admitted" and c["status"] == "True"
-                           for c in (other.get("status") or {}).get("conditions", []))
-            if not admitted or other_admission.get("clusterQueue") != queue:
+            other_at = _admitted_at(other)
+            if other_at is None or other_admission.get("clusterQueue") != queue:
+                continue
+            if admitted_at and other_at > admitted_at:
                 continue
             for assignment in other_admission.get("podSetAssignments", []):
                 if assignment.get("flavors", {}).get(catalog.GPU_RESOURCE) == flavor:
@@ -175,6 +179,15 @@ class Observer:
         if label is None:
             return []
         return sorted({self.node_labels.get(node, {}).get(label, "?") for node in history.nodes.values()})
+
+
+def _admitted_at(workload: Manifest) -> str | None:
+    """When a Workload's Admitted condition turned True (RFC 3339, whole seconds, so comparable as text), None if it
+    is not admitted; "" for an admitted one whose condition carries no time (then it counts as admitted first)."""
+    for condition in (workload.get("status") or {}).get("conditions", []):
+        if condition.get("type") == "Admitted" and condition.get("status") == "True":
+            return str(condition.get("lastTransitionTime") or "")
+    return None
 
 
 def _owner(obj: Manifest, kind: str) -> str | None:
