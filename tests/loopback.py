@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -18,6 +19,15 @@ RESERVATIONS = Path(os.environ.get("TRAINYARD_PORT_RESERVATIONS", "/tmp/trainyar
 _HELD: dict[int, int] = {}
 
 
+def ephemeral_ports() -> tuple[int, int]:
+    """The kernel's range for ports it picks itself (``net.ipv4.ip_local_port_range``; Linux's default if unreadable)."""
+    try:
+        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
 def free_port(exclude: Collection[int] = ()) -> int:
     """A loopback port that is free now and that no other test process on this machine is given until this one exits.
 
@@ -26,11 +36,21 @@ def free_port(exclude: Collection[int] = ()) -> int:
     on it later, so two of them could pick the same port in between, and one cluster failed to start ("port ... is in
     use by another process"). So each port handed out is also reserved: an exclusive ``flock`` on
     ``$TRAINYARD_PORT_RESERVATIONS/<port>`` (default ``/tmp/trainyard-ports``), held by this process until it exits
-    (the kernel drops the lock with the process, so a killed test leaves no stale reservation)."""
+    (the kernel drops the lock with the process, so a killed test leaves no stale reservation).
+
+    And it is taken below the kernel's ephemeral range (``ephemeral_ports``), which a reservation cannot cover: the
+    kernel gives those to every outgoing connection and every server that binds port 0 (Pulumi's engine, provider
+    and language host do), so a port handed out from it could be taken before its server started (a cold CI run:
+    etcd's peer port "bind: address already in use" while the cluster tier ran beside the node tier)."""
     RESERVATIONS.mkdir(parents=True, exist_ok=True)
+    low, _ = ephemeral_ports()
+    below = range(10000, low) if low > 12000 else None
     for _ in range(1000):
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", random.choice(below) if below else 0))
+            except OSError:  # in use
+                continue
             port = int(s.getsockname()[1])
         if port in exclude or port in _HELD:
             continue

@@ -66,3 +66,20 @@ def test_a_port_this_process_holds_or_excludes_is_not_handed_out_again(tmp_path:
     monkeypatch.setattr(loopback.socket, "socket", _Kernel([40010, 40010, 40011, 40012]))
     assert loopback.free_port() == 40010
     assert loopback.free_port(exclude={40011}) == 40012
+
+
+def test_ports_are_handed_out_below_the_range_the_kernel_picks_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outgoing connections and servers on port 0 take ports of the ephemeral range, which no reservation covers."""
+    import os
+
+    monkeypatch.setattr(loopback, "RESERVATIONS", tmp_path)
+    monkeypatch.setattr(loopback, "_HELD", {})
+    low, high = loopback.ephemeral_ports()
+    assert 0 < low <= high
+    ports = [loopback.free_port() for _ in range(20)]
+    try:
+        assert len(set(ports)) == 20
+        assert all(10000 <= port < low for port in ports), (ports, low)
+    finally:
+        for fd in loopback._HELD.values():
+            os.close(fd)
