@@ -2,10 +2,7 @@
 # A Python tool venv in the tools cache from exact pins: venv-install.sh NAME REQUIREMENTS makes
 # ~/.cache/trainyard/tools/NAME (TRAINYARD_TOOLS_DIR) from PyPI. Stamped with the requirements' hash,
 # so a warm run does nothing. Used by tools/mlflow/install.sh and tools/lab/install.sh.
-#   venv-install.sh --check NAME REQUIREMENTS   exit 0 iff that venv is installed and current (nothing installed)
 set -euo pipefail
-check=0
-if [[ "${1:-}" == --check ]]; then check=1; shift; fi
 name="$1"
 requirements="$2"
 tools_dir="${TRAINYARD_TOOLS_DIR:-$HOME/.cache/trainyard/tools}"
@@ -13,10 +10,9 @@ venv="$tools_dir/$name"
 stamp="$venv/.trainyard-stamp"
 want="$(sha256sum "$requirements" | cut -d' ' -f1)"
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-  [[ $check -eq 1 ]] || echo "$name: cached ($venv)"
+  echo "$name: cached ($venv)"
   exit 0
 fi
-[[ $check -eq 0 ]] || exit 1
 python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
 echo "$want" > "$stamp"

@@ -7,4 +7,4 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 requirements="$here/../../runtimes/programs/requirements.txt"
 version="$(sed -n 's/^torch==//p' "$requirements")"
-exec "$here/../venv-install.sh" "$@" "lab-torch-$version" "$requirements"
+exec "$here/../venv-install.sh" "lab-torch-$version" "$requirements"

@@ -4,4 +4,4 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 version="$(sed -n 's/^mlflow\[auth\]==//p' "$here/requirements.txt")"
-exec "$here/../venv-install.sh" "$@" "mlflow-$version" "$here/requirements.txt"
+exec "$here/../venv-install.sh" "mlflow-$version" "$here/requirements.txt"
