@@ -118,7 +118,7 @@ class Observer:
         history.workload = workload["metadata"]["name"]
         status = workload.get("status", {})
         conditions = {c["type"]: c for c in status.get("conditions", [])}
-        admitted = conditions.get("Admitted", {}).get("status") == "True"
+        admitted = _admitted_at(workload) is not None
         if admitted and not history.currently_admitted:
             history.admissions += 1
             history.nodes = {}
