@@ -8,14 +8,16 @@
 #                  tool's output goes to TOOLS_DIR/logs/TOOL.log, shown whole if it fails
 #   tools/build.sh --check [all|cluster|node|TOOL]...   exit 0 iff those binaries (default: all) are present and current
 #   tools/build.sh --list      print the tools and binaries
+#   tools/build.sh --graph     print the controllers' build graph (GRAPH_TOOLS): TOOL BINARY PACKAGE MODULE@PIN
 #
 # Binaries go to ${TRAINYARD_TOOLS_DIR:-$HOME/.cache/trainyard/tools}/bin, outside
 # the repository. Each tool has a stamp (hash of its go.mod, go.sum, main
 # sources, build flags and Go version); a tool whose stamp matches and whose
-# binaries exist is skipped. The rehearsal's controllers (kueue, jobset, trainer,
-# kwok) are built inside their upstream module as the proxy serves it (no wrapper:
-# the module's own go.sum pins everything), and the manifests the rehearsal needs
-# from that module are copied to TOOLS_DIR/share/<tool>. Go's module and build caches stay in their default
+# binaries exist is skipped. The rehearsal's controllers (GRAPH_TOOLS: kueue, jobset,
+# trainer, kwok, cnpg, barman-cloud, prometheus-operator) are built in one Go build graph,
+# tools/controllers (each upstream module at its pin here, the libraries they share
+# compiled once), and the manifests the rehearsal needs from their modules are copied to
+# TOOLS_DIR/share/<tool>. Go's module and build caches stay in their default
 # places, so a rebuild after a small change is fast. See docs/tools.md.
 set -euo pipefail
 
@@ -44,8 +46,10 @@ export GOGC="${GOGC:-400}" GOMEMLIMIT="${GOMEMLIMIT:-3GiB}"
 ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueue jobset trainer kwok seaweedfs kind barman-cloud-crd minio)
 # Cold build cost, most first (CPU-seconds on a 2-core machine, docs/tools.md "Cold and warm"): the
 # order -j N starts them in. pulumi-kubernetes compiles one huge package on one core for ~15 min, so
-# with -j 2 the rest build beside it.
-BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kserve kubelet pulumi kueue cnpg barman-cloud prometheus-operator trainer kwok promtool prometheus kube-router coredns kube-rbac-proxy jobset helm etcd kind crane)
+# with -j 2 the rest build beside it. The graph's tools (GRAPH_TOOLS) are one job, started at the place of the first
+# of them asked for: kueue, which compiles most of what the others share; after it they cost 5-70 CPU-seconds each, so
+# they come last, and a build asking only for some of them (.ci/run's late group) starts them after the rest.
+BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kserve kubelet pulumi kueue promtool prometheus kube-router coredns kube-rbac-proxy helm etcd prometheus-operator cnpg kwok barman-cloud jobset trainer kind crane)
 # What `trainyard cluster up`, `make up` and the cluster tier need (the control plane, the engine and its
 # provider, the controllers, kwok; crane for the destroy test's registry). CI builds these first, beside
 # `make test`, and the rest (seaweedfs, promtool, kind) beside the cluster tier (.ci/run).
@@ -63,6 +67,15 @@ NODE_TOOLS=(etcd kube-apiserver kubelet kube-router coredns crane cnpg kserve ku
 # Tools outside `all` (so `make tools` and CI's `tools/build.sh all` do not build them yet; docs/tools.md has
 # their cold and warm figures): built by name or by their group (.ci/run names them beside `all`).
 OPTIONAL_TOOLS=(kubelet kube-router coredns cnpg kserve kube-rbac-proxy prometheus-operator prometheus barman-cloud)
+# The controllers built in one Go build graph, the wrapper module tools/controllers (its gen-gomod.sh writes it from
+# the pins below): each upstream module at its pin, and the libraries they share (Kubernetes' client libraries,
+# controller-runtime, gRPC, OpenTelemetry, ...) at the one version Go's minimal version selection picks for them
+# together, so Go's build cache compiles them once instead of once per controller (cold, from an empty build cache:
+# 562 CPU-seconds for the seven against ~1180 built one by one in their own modules; docs/tools.md "The controllers'
+# build graph"). The control plane (kube-apiserver, kubelet) is not in it: it is built at exactly its release's
+# versions, whose CEL and schema code every rehearsal proof runs through.
+GRAPH_TOOLS=(kueue jobset trainer kwok cnpg barman-cloud prometheus-operator)
+GRAPH_DIR="$TOOLS_SRC/controllers"
 
 # ---------------------------------------------------------------- versions
 # Keep these in sync with the wrapper go.mod files (docs/tools.md explains how).
@@ -91,16 +104,15 @@ PROMTOOL_VERSION=3.16.0     # VERSION file of github.com/prometheus/prometheus v
 # Prometheus); prometheus-operator v0.93.0 defaults to v3.13.1, for which this 3.16.0 stands in (docs/tools.md).
 PROMETHEUS_VERSION=$PROMTOOL_VERSION
 PROMETHEUS_MODULE_VERSION=v0.316.0
-# prometheus-operator (the operator and the config reloader it runs beside every Prometheus), built inside its own
-# module like cnpg (module sum checked). Keep equal to trainyard.catalog's prometheus_operator release (a test checks
+# prometheus-operator (the operator and the config reloader it runs beside every Prometheus), built in the controllers'
+# graph like cnpg (module sum checked). Keep equal to trainyard.catalog's prometheus_operator release (a test checks
 # it). The commit is the tag's (the proxy's Origin.Hash).
 PROMETHEUS_OPERATOR_MODULE=github.com/prometheus-operator/prometheus-operator
 PROMETHEUS_OPERATOR_VERSION=v0.93.0
 PROMETHEUS_OPERATOR_MODSUM="h1:AohlYJT+En8TmNpAcEUJ3GsaJTAqfEBwHmGTVpRm/Io="
 PROMETHEUS_OPERATOR_COMMIT=f8fafd475f3d132e239432ae6172de60a6cb6516
 # Its go.mod replaces these two nested modules (tagged pkg/apis/monitoring/v0.93.0 and pkg/client/v0.93.0 on the same
-# commit) with their directories, which a module zip leaves out: prepare_prometheus_operator puts them back from their
-# own zips (sums checked here too).
+# commit) with their directories; the graph requires them at that tag instead (graph_check holds its go.sum to these).
 PROMETHEUS_OPERATOR_APIS_MODSUM="h1:ZIouJCjC8R/XHxzGpOw+/czH9pVzg6wteYhLjJ80XGQ="
 PROMETHEUS_OPERATOR_CLIENT_MODSUM="h1:PhWdtSu3FcxnFdKs5dDZcP46KMECEakbU84pYyaCfr4="
 # The rehearsal's controllers: keep equal to trainyard.catalog (REHEARSAL_PROVEN; a test checks it).
@@ -121,15 +133,15 @@ BARMAN_CLOUD_CRD=config/crd/bases/barmancloud.cnpg.io_objectstores.yaml
 BARMAN_CLOUD_CRD_BLOB=bb7db1e6e36cf04b137560d85d2ccdb57851aa9d
 # The plugin itself (`barman-cloud`): cmd/manager of the module, one binary for the operator (`manager operator`),
 # the instance sidecar (`manager instance`) and restore (`manager restore`), built as containers/Dockerfile.plugin and
-# Dockerfile.sidecar build it: `CGO_ENABLED=0 go build -a -o manager cmd/manager/main.go`, no -ldflags (its version is
+# Dockerfile.sidecar build it (in the controllers' graph, GRAPH_TOOLS): `CGO_ENABLED=0 go build -a -o manager cmd/manager/main.go`, no -ldflags (its version is
 # in the source: internal/cnpgi/metadata/constants.go). v0.14.0, standing in for the v0.15.0 the catalog pins: the proxy
 # refuses two modules v0.15.0 requires (github.com/cloudnative-pg/barman-cloud@v0.6.0 and machinery@v0.6.0: "403 This
 # module version is not available") and serves every one of v0.14.0's; v0.14.0 is built against CloudNativePG v1.30.0
 # too, and its ObjectStore schema is v0.15.0's but one description (docs/tools.md). Not used by a tier yet (#22 item 6).
 BARMAN_CLOUD_BUILD_VERSION=v0.14.0
 BARMAN_CLOUD_BUILD_MODSUM="h1:kpTo7egntRIM15hvo0xtOj07wyjj23jcz/Co0KfzC7s="
-# CloudNativePG's operator (and instance manager: one binary, cmd/manager), built inside its own module like
-# seaweedfs (module sum checked). Keep equal to trainyard.catalog's cnpg release (a test checks it). The module zip
+# CloudNativePG's operator (and instance manager: one binary, cmd/manager), built in the controllers' graph
+# (GRAPH_TOOLS; module sum checked here and by the graph's go.sum). Keep equal to trainyard.catalog's cnpg release (a test checks it). The module zip
 # has no git: the commit is the tag's (the proxy's Origin.Hash), as the upstream Makefile's COMMIT would give.
 CNPG_MODULE=github.com/cloudnative-pg/cloudnative-pg
 CNPG_VERSION=v1.30.0
@@ -169,6 +181,26 @@ tool_module() {
 }
 
 # tool_share TOOL -> module-relative directories the rehearsal reads (kustomize inputs)
+in_graph() { [[ " ${GRAPH_TOOLS[*]} " == *" $1 "* ]]; }
+
+# graph_check TOOL: the build graph (tools/controllers/go.mod) selects the tool's module at the version pinned here,
+# or the build stops saying how to regenerate it (a pin changed here and not there, or a module of the graph requires
+# a newer one).
+graph_check() {
+  local m v got; m="$(tool_module "$1")"; v="${m#*@}"; m="${m%@*}"
+  got="$(cd "$GRAPH_DIR" && "$GO" list -mod=readonly -m -f '{{.Version}}' "$m")" || return 1
+  [[ "$got" == "$v" ]] || {
+    log "build.sh: tools/controllers/go.mod selects $m $got, this script pins $v: run tools/controllers/gen-gomod.sh"
+    return 1; }
+  [[ "$1" == prometheus-operator ]] || return 0
+  local sub sum
+  for sub in "pkg/apis/monitoring $PROMETHEUS_OPERATOR_APIS_MODSUM" "pkg/client $PROMETHEUS_OPERATOR_CLIENT_MODSUM"; do
+    read -r sub sum <<<"$sub"
+    grep -qxF "$m/$sub $v $sum" "$GRAPH_DIR/go.sum" || {
+      log "build.sh: tools/controllers/go.sum has no '$m/$sub $v $sum' (the pin here)"; return 1; }
+  done
+}
+
 tool_share() {
   case "$1" in
     kueue) echo "config/components/crd config/components/webhook" ;;
@@ -216,10 +248,11 @@ tool_bins() {
     seaweedfs) echo "weed ./weed" ;;
     minio) echo "minio ." ;;   # main.go at the module root (upstream Makefile: go build -tags kqueue)
     promtool) echo "promtool github.com/prometheus/prometheus/cmd/promtool" ;;
-    kueue) echo "kueue ./cmd/kueue" ;;
-    jobset) echo "jobset-controller ." ;;   # main.go at the module root (upstream Makefile: build main.go)
-    trainer) echo "trainer-controller-manager ./cmd/trainer-controller-manager" ;;
-    kwok) echo "kwok ./cmd/kwok" ;;
+    # The graph's tools by import path (tools/controllers/go.mod has a `tool` directive for each).
+    kueue) echo "kueue sigs.k8s.io/kueue/cmd/kueue" ;;
+    jobset) echo "jobset-controller sigs.k8s.io/jobset" ;;   # main.go at the module root (upstream Makefile: build main.go)
+    trainer) echo "trainer-controller-manager github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager" ;;
+    kwok) echo "kwok sigs.k8s.io/kwok/cmd/kwok" ;;
     # kind's CLI (module root main.go) and our checker, which uses kind's internal config loader
     # and so is built as a package of the kind module (prepare_kind adds it to a copy of the module).
     kind)
@@ -228,18 +261,18 @@ tool_bins() {
       ;;
     # The operator and the instance manager it copies into every PostgreSQL pod: one binary (upstream's
     # .goreleaser.yml build "manager", main cmd/manager/main.go).
-    cnpg) echo "cnpg-manager ./cmd/manager" ;;
+    cnpg) echo "cnpg-manager $CNPG_MODULE/cmd/manager" ;;
     # Upstream's root Dockerfile: ARG CMD=manager, `go build ... -o manager ./cmd/${CMD}`.
     kserve) echo "kserve-manager ./cmd/manager" ;;
     kube-rbac-proxy) echo "kube-rbac-proxy ./cmd/kube-rbac-proxy" ;;
     # Its Makefile's `operator` and `prometheus-config-reloader` targets (./cmd/operator/, ./cmd/$@/).
     prometheus-operator)
-      echo "prometheus-operator ./cmd/operator"
-      echo "prometheus-config-reloader ./cmd/prometheus-config-reloader"
+      echo "prometheus-operator $PROMETHEUS_OPERATOR_MODULE/cmd/operator"
+      echo "prometheus-config-reloader $PROMETHEUS_OPERATOR_MODULE/cmd/prometheus-config-reloader"
       ;;
     prometheus) echo "prometheus github.com/prometheus/prometheus/cmd/prometheus" ;;
     barman-cloud-crd) ;;   # no binary: only the CRD, copied to share/ (post_build)
-    barman-cloud) echo "barman-cloud-manager ./cmd/manager" ;;
+    barman-cloud) echo "barman-cloud-manager $BARMAN_CLOUD_MODULE/cmd/manager" ;;
     *) echo "build.sh: unknown tool '$1' (one of: all ${ALL_TOOLS[*]} ${OPTIONAL_TOOLS[*]})" >&2; return 2 ;;
   esac
 }
@@ -391,6 +424,7 @@ tool_stamp() {
     [[ "$t" != barman-cloud ]] || echo "sum=$BARMAN_CLOUD_BUILD_MODSUM"
     [[ "$t" != barman-cloud-crd ]] || echo "sum=$BARMAN_CLOUD_MODSUM crd=$BARMAN_CLOUD_CRD blob=$BARMAN_CLOUD_CRD_BLOB"
     if [[ -n "$m" ]]; then echo "module=$m share=$(tool_share "$t")"; fi
+    if in_graph "$t"; then (cd "$GRAPH_DIR" && sha256sum go.mod go.sum); fi
     if [[ "$t" == kind ]]; then sha256sum "$TOOLS_SRC/kind-config-check/main.go" | cut -d' ' -f1; fi
     if [[ -z "$m" ]]; then
     dir="$(tool_mod_dir "$t")"
@@ -414,8 +448,9 @@ tool_current() {
 }
 
 # ------------------------------------------------------------ prepare hooks
-# Print the directory to run `go build` in (the wrapper module itself, or a
-# copy outside the repo with generated files added).
+# Print the tool's module directory: where `go build` runs (the wrapper module itself, or a copy outside the repo with
+# generated files added) and where post_build copies the shared manifests from. The graph's tools build in
+# tools/controllers instead (build_tool); their directory here is the upstream module's, checked against its pin.
 prepare() {
   local t="$1" dir; dir="$(tool_mod_dir "$t")"
   case "$t" in
@@ -428,7 +463,7 @@ prepare() {
     cnpg) prepare_module_zip "$CNPG_MODULE" "$CNPG_VERSION" "$CNPG_MODSUM" ;;
     kserve) prepare_module_zip "$KSERVE_MODULE" "$KSERVE_VERSION" "$KSERVE_MODSUM" ;;
     kube-rbac-proxy) prepare_module_zip "$KUBE_RBAC_PROXY_MODULE" "$KUBE_RBAC_PROXY_VERSION" "$KUBE_RBAC_PROXY_MODSUM" ;;
-    prometheus-operator) prepare_prometheus_operator ;;
+    prometheus-operator) prepare_module_zip "$PROMETHEUS_OPERATOR_MODULE" "$PROMETHEUS_OPERATOR_VERSION" "$PROMETHEUS_OPERATOR_MODSUM" ;;
     *) echo "$dir" ;;
   esac
 }
@@ -463,22 +498,6 @@ prepare_module_zip() {
     log "build.sh: $module@$version has sum '$sum', pinned '$want_sum'"; return 1
   fi
   echo "$dir"
-}
-
-# A copy of the prometheus-operator module (the module cache is read-only) with its two nested modules where its go.mod's
-# replace directives look for them: upstream's tree at the tag, each part verified by the checksum database and its pin.
-prepare_prometheus_operator() {
-  local src dst="$WORK_DIR/prometheus-operator" sub nested path sum
-  src="$(prepare_module_zip "$PROMETHEUS_OPERATOR_MODULE" "$PROMETHEUS_OPERATOR_VERSION" "$PROMETHEUS_OPERATOR_MODSUM")"
-  rm -rf "$dst"; mkdir -p "$dst"
-  (cd "$src" && tar -cf - .) | (cd "$dst" && tar -xf -)
-  for sub in "pkg/apis/monitoring $PROMETHEUS_OPERATOR_APIS_MODSUM" "pkg/client $PROMETHEUS_OPERATOR_CLIENT_MODSUM"; do
-    read -r path sum <<<"$sub"
-    nested="$(prepare_module_zip "$PROMETHEUS_OPERATOR_MODULE/$path" "$PROMETHEUS_OPERATOR_VERSION" "$sum")"
-    mkdir -p "$dst/$path"; (cd "$nested" && tar -cf - .) | (cd "$dst/$path" && tar -xf -)
-  done
-  chmod -R u+w "$dst"
-  echo "$dst"
 }
 
 # A copy of the kind module (the module cache is read-only) with tools/kind-config-check added as
@@ -560,7 +579,7 @@ cpu_ticks() {
 }
 
 build_tool() {
-  local t="$1" start end dir b pkg ldflags cpu0
+  local t="$1" start end dir build_dir b pkg ldflags cpu0
   if tool_current "$t"; then
     log "==> $t: up to date ($(tool_bins "$t" | cut -d' ' -f1 | tr '\n' ' ')in $BIN_DIR), skipped"
     return 0
@@ -570,13 +589,14 @@ build_tool() {
   mkdir -p "$BIN_DIR" "$STAMP_DIR" "$WORK_DIR"
   rm -f "$STAMP_DIR/$t"
   local stamp; stamp="$(tool_stamp "$t")"
-  dir="$(prepare "$t")"
+  dir="$(prepare "$t")"; build_dir="$dir"
+  if in_graph "$t"; then graph_check "$t"; build_dir="$GRAPH_DIR"; fi
   ldflags="$(tool_ldflags "$t")"
   while read -r b pkg; do
     local s1=$SECONDS
     log "    go build $b ($pkg)"
     # shellcheck disable=SC2046
-    (cd "$dir" && "$GO" build $(tool_buildflags "$t") -ldflags "$ldflags" -o "$BIN_DIR/$b.tmp" "$pkg")
+    (cd "$build_dir" && "$GO" build $(tool_buildflags "$t") -ldflags "$ldflags" -o "$BIN_DIR/$b.tmp" "$pkg")
     mv -f "$BIN_DIR/$b.tmp" "$BIN_DIR/$b"
     log "    $b: $((SECONDS - s1))s, $(du -h "$BIN_DIR/$b" | cut -f1)"
   done < <(tool_bins "$t")
@@ -597,6 +617,7 @@ main() {
       -j[0-9]*) jobs="${a#-j}" ;;
       --check) check=1 ;;
       --list) for t in "${ALL_TOOLS[@]}" "${OPTIONAL_TOOLS[@]}"; do echo "$t: $(tool_bins "$t" | cut -d' ' -f1 | tr '\n' ' ')$(tool_extra_files "$t")"; done; return 0 ;;
+      --graph) for t in "${GRAPH_TOOLS[@]}"; do tool_bins "$t" | while read -r b pkg; do echo "$t $b $pkg $(tool_module "$t")"; done; done; return 0 ;;
       -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; return 0 ;;
       all) tools+=("${ALL_TOOLS[@]}") ;;
       cluster) tools+=("${CLUSTER_TOOLS[@]}") ;;
@@ -623,30 +644,52 @@ main() {
 }
 
 # build_parallel N TOOL...: at most N builds at once, in BY_COST order; a tool's log is shown when it ends
-# (whole if it failed). Go's module and build caches are safe for concurrent builds (they lock).
+# (whole if it failed). Go's module and build caches are safe for concurrent builds (they lock). The graph's tools
+# (GRAPH_TOOLS) asked for are one job, built one after another in BY_COST order: two builds of the graph at once would
+# both compile the packages they share (a build cache entry exists only once a compile has finished), and after the
+# first of them the others compile little of their own.
 build_parallel() {
-  local jobs="$1" t pid failed=0 ordered=() running=0; shift
+  local jobs="$1" t pid failed=0 ordered=() graph=() running=0; shift
   local -A want=() of_pid=()
   for t in "$@"; do want[$t]=1; done
   for t in "${BY_COST[@]}"; do [[ -z "${want[$t]:-}" ]] || ordered+=("$t"); done
   for t in "$@"; do [[ " ${BY_COST[*]} " == *" $t "* ]] || ordered+=("$t"); done
+  for t in "${ordered[@]}"; do ! in_graph "$t" || graph+=("$t"); done
   mkdir -p "$TOOLS_DIR/logs"
   finish() {
     local done_pid rc=0 ended
     wait -n -p done_pid || rc=$?
     running=$((running - 1))
     ended="${of_pid[$done_pid]}"
-    if [[ $rc -eq 0 ]]; then grep -E '^==> ' "$TOOLS_DIR/logs/$ended.log" >&2 || true
-    else log "==> $ended: FAILED (exit $rc); its log ($TOOLS_DIR/logs/$ended.log):"; cat "$TOOLS_DIR/logs/$ended.log" >&2; failed=1
-    fi
+    local logs=("$ended"); ! in_graph "$ended" || logs=("${graph[@]}")
+    for ended in "${logs[@]}"; do
+      [[ -f "$TOOLS_DIR/logs/$ended.log" ]] || continue   # a graph tool after the one that failed
+      if [[ $rc -eq 0 ]] || tool_current "$ended"; then grep -E '^==> ' "$TOOLS_DIR/logs/$ended.log" >&2 || true
+      else log "==> $ended: FAILED (exit $rc); its log ($TOOLS_DIR/logs/$ended.log):"; cat "$TOOLS_DIR/logs/$ended.log" >&2
+      fi
+    done
+    [[ $rc -eq 0 ]] || failed=1
   }
   for t in "${ordered[@]}"; do
+    # The graph's job is started at its first tool's place, and its later tools are skipped here.
+    if in_graph "$t" && [[ "$t" != "${graph[0]}" ]]; then continue; fi
     while [[ $running -ge $jobs ]]; do finish; done
-    build_tool "$t" > "$TOOLS_DIR/logs/$t.log" 2>&1 &
+    if in_graph "$t"; then
+      build_graph_job "${graph[@]}" &
+    else
+      build_tool "$t" > "$TOOLS_DIR/logs/$t.log" 2>&1 &
+    fi
     of_pid[$!]="$t"; running=$((running + 1))
   done
   while [[ $running -gt 0 ]]; do finish; done
   return $failed
+}
+
+# build_graph_job TOOL...: the graph's tools one after another, each to its own log; stops at the first that fails.
+build_graph_job() {
+  local t
+  for t in "$@"; do rm -f "$TOOLS_DIR/logs/$t.log"; done
+  for t in "$@"; do build_tool "$t" > "$TOOLS_DIR/logs/$t.log" 2>&1 || return 1; done
 }
 
 main "$@"; exit $?
