@@ -13,11 +13,11 @@
 # Binaries go to ${TRAINYARD_TOOLS_DIR:-$HOME/.cache/trainyard/tools}/bin, outside
 # the repository. Each tool has a stamp (hash of its go.mod, go.sum, main
 # sources, build flags and Go version); a tool whose stamp matches and whose
-# binaries exist is skipped. The rehearsal's controllers (GRAPH_TOOLS: kueue, jobset,
-# trainer, kwok, cnpg, barman-cloud, prometheus-operator) are built in one Go build graph,
-# tools/controllers (each upstream module at its pin here, the libraries they share
-# compiled once), and the manifests the rehearsal needs from their modules are copied to
-# TOOLS_DIR/share/<tool>. Go's module and build caches stay in their default
+# binaries exist is skipped. Most of the rehearsal's controllers (GRAPH_TOOLS: jobset,
+# trainer, kwok, cnpg, barman-cloud) are built in one Go build graph, tools/controllers
+# (each upstream module at its pin here, the libraries they share compiled once), kueue
+# and the others inside their upstream modules, and the manifests the rehearsal needs
+# from their modules are copied to TOOLS_DIR/share/<tool>. Go's module and build caches stay in their default
 # places, so a rebuild after a small change is fast. See docs/tools.md.
 set -euo pipefail
 
@@ -47,9 +47,10 @@ ALL_TOOLS=(etcd kube-apiserver pulumi pulumi-kubernetes helm crane promtool kueu
 # Cold build cost, most first (CPU-seconds on a 2-core machine, docs/tools.md "Cold and warm"): the
 # order -j N starts them in. pulumi-kubernetes compiles one huge package on one core for ~15 min, so
 # with -j 2 the rest build beside it. The graph's tools (GRAPH_TOOLS) are one job, started at the place of the first
-# of them asked for: kueue, which compiles most of what the others share; after it they cost 5-70 CPU-seconds each, so
-# they come last, and a build asking only for some of them (.ci/run's late group) starts them after the rest.
-BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kserve kubelet pulumi kueue promtool prometheus kube-router coredns kube-rbac-proxy helm etcd prometheus-operator cnpg kwok barman-cloud jobset trainer kind crane)
+# of them asked for, which compiles most of what the others share: trainer in the cluster group; cnpg, late in .ci/run's
+# late group, which then mostly finds them compiled by the cluster group (two builds compiling the same packages at
+# once would both do the work).
+BY_COST=(pulumi-kubernetes kube-apiserver seaweedfs kserve kubelet pulumi kueue trainer prometheus-operator promtool prometheus kube-router coredns kube-rbac-proxy helm etcd cnpg kwok barman-cloud jobset kind crane)
 # What `trainyard cluster up`, `make up` and the cluster tier need (the control plane, the engine and its
 # provider, the controllers, kwok; crane for the destroy test's registry). CI builds these first, beside
 # `make test`, and the rest (seaweedfs, promtool, kind) beside the cluster tier (.ci/run).
@@ -70,11 +71,14 @@ OPTIONAL_TOOLS=(kubelet kube-router coredns cnpg kserve kube-rbac-proxy promethe
 # The controllers built in one Go build graph, the wrapper module tools/controllers (its gen-gomod.sh writes it from
 # the pins below): each upstream module at its pin, and the libraries they share (Kubernetes' client libraries,
 # controller-runtime, gRPC, OpenTelemetry, ...) at the one version Go's minimal version selection picks for them
-# together, so Go's build cache compiles them once instead of once per controller (cold, from an empty build cache:
-# 562 CPU-seconds for the seven against ~1180 built one by one in their own modules; docs/tools.md "The controllers'
-# build graph"). The control plane (kube-apiserver, kubelet) is not in it: it is built at exactly its release's
-# versions, whose CEL and schema code every rehearsal proof runs through.
-GRAPH_TOOLS=(kueue jobset trainer kwok cnpg barman-cloud prometheus-operator)
+# together, so Go's build cache compiles them once instead of once per controller (docs/tools.md "The controllers'
+# build graph"). Only controllers that require no other one's module at another version than its pin: kueue v0.19.2
+# requires Trainer v2.2.1 and compiles Trainer's API and runtime code into its TrainJob integration (in the graph it
+# got v2.3.0's, and admitted a TrainJob differently: tests/cluster/test_job_shapes.py), cnpg requires
+# prometheus-operator's monitoring API v0.92.0; so kueue and prometheus-operator build in their own modules
+# (gen-gomod.sh refuses a graph that breaks this). The control plane (kube-apiserver, kubelet) is not in it either: it
+# is built at exactly its release's versions, whose CEL and schema code every rehearsal proof runs through.
+GRAPH_TOOLS=(jobset trainer kwok cnpg barman-cloud)
 GRAPH_DIR="$TOOLS_SRC/controllers"
 
 # ---------------------------------------------------------------- versions
@@ -104,15 +108,16 @@ PROMTOOL_VERSION=3.16.0     # VERSION file of github.com/prometheus/prometheus v
 # Prometheus); prometheus-operator v0.93.0 defaults to v3.13.1, for which this 3.16.0 stands in (docs/tools.md).
 PROMETHEUS_VERSION=$PROMTOOL_VERSION
 PROMETHEUS_MODULE_VERSION=v0.316.0
-# prometheus-operator (the operator and the config reloader it runs beside every Prometheus), built in the controllers'
-# graph like cnpg (module sum checked). Keep equal to trainyard.catalog's prometheus_operator release (a test checks
+# prometheus-operator (the operator and the config reloader it runs beside every Prometheus), built inside its own
+# module (module sum checked; not in the controllers' graph, GRAPH_TOOLS). Keep equal to trainyard.catalog's prometheus_operator release (a test checks
 # it). The commit is the tag's (the proxy's Origin.Hash).
 PROMETHEUS_OPERATOR_MODULE=github.com/prometheus-operator/prometheus-operator
 PROMETHEUS_OPERATOR_VERSION=v0.93.0
 PROMETHEUS_OPERATOR_MODSUM="h1:AohlYJT+En8TmNpAcEUJ3GsaJTAqfEBwHmGTVpRm/Io="
 PROMETHEUS_OPERATOR_COMMIT=f8fafd475f3d132e239432ae6172de60a6cb6516
 # Its go.mod replaces these two nested modules (tagged pkg/apis/monitoring/v0.93.0 and pkg/client/v0.93.0 on the same
-# commit) with their directories; the graph requires them at that tag instead (graph_check holds its go.sum to these).
+# commit) with their directories, which a module zip leaves out: prepare_prometheus_operator puts them back from their
+# own zips (sums checked here too).
 PROMETHEUS_OPERATOR_APIS_MODSUM="h1:ZIouJCjC8R/XHxzGpOw+/czH9pVzg6wteYhLjJ80XGQ="
 PROMETHEUS_OPERATOR_CLIENT_MODSUM="h1:PhWdtSu3FcxnFdKs5dDZcP46KMECEakbU84pYyaCfr4="
 # The rehearsal's controllers: keep equal to trainyard.catalog (REHEARSAL_PROVEN; a test checks it).
@@ -192,13 +197,6 @@ graph_check() {
   [[ "$got" == "$v" ]] || {
     log "build.sh: tools/controllers/go.mod selects $m $got, this script pins $v: run tools/controllers/gen-gomod.sh"
     return 1; }
-  [[ "$1" == prometheus-operator ]] || return 0
-  local sub sum
-  for sub in "pkg/apis/monitoring $PROMETHEUS_OPERATOR_APIS_MODSUM" "pkg/client $PROMETHEUS_OPERATOR_CLIENT_MODSUM"; do
-    read -r sub sum <<<"$sub"
-    grep -qxF "$m/$sub $v $sum" "$GRAPH_DIR/go.sum" || {
-      log "build.sh: tools/controllers/go.sum has no '$m/$sub $v $sum' (the pin here)"; return 1; }
-  done
 }
 
 tool_share() {
@@ -249,7 +247,7 @@ tool_bins() {
     minio) echo "minio ." ;;   # main.go at the module root (upstream Makefile: go build -tags kqueue)
     promtool) echo "promtool github.com/prometheus/prometheus/cmd/promtool" ;;
     # The graph's tools by import path (tools/controllers/go.mod has a `tool` directive for each).
-    kueue) echo "kueue sigs.k8s.io/kueue/cmd/kueue" ;;
+    kueue) echo "kueue ./cmd/kueue" ;;
     jobset) echo "jobset-controller sigs.k8s.io/jobset" ;;   # main.go at the module root (upstream Makefile: build main.go)
     trainer) echo "trainer-controller-manager github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager" ;;
     kwok) echo "kwok sigs.k8s.io/kwok/cmd/kwok" ;;
@@ -267,8 +265,8 @@ tool_bins() {
     kube-rbac-proxy) echo "kube-rbac-proxy ./cmd/kube-rbac-proxy" ;;
     # Its Makefile's `operator` and `prometheus-config-reloader` targets (./cmd/operator/, ./cmd/$@/).
     prometheus-operator)
-      echo "prometheus-operator $PROMETHEUS_OPERATOR_MODULE/cmd/operator"
-      echo "prometheus-config-reloader $PROMETHEUS_OPERATOR_MODULE/cmd/prometheus-config-reloader"
+      echo "prometheus-operator ./cmd/operator"
+      echo "prometheus-config-reloader ./cmd/prometheus-config-reloader"
       ;;
     prometheus) echo "prometheus github.com/prometheus/prometheus/cmd/prometheus" ;;
     barman-cloud-crd) ;;   # no binary: only the CRD, copied to share/ (post_build)
@@ -463,7 +461,7 @@ prepare() {
     cnpg) prepare_module_zip "$CNPG_MODULE" "$CNPG_VERSION" "$CNPG_MODSUM" ;;
     kserve) prepare_module_zip "$KSERVE_MODULE" "$KSERVE_VERSION" "$KSERVE_MODSUM" ;;
     kube-rbac-proxy) prepare_module_zip "$KUBE_RBAC_PROXY_MODULE" "$KUBE_RBAC_PROXY_VERSION" "$KUBE_RBAC_PROXY_MODSUM" ;;
-    prometheus-operator) prepare_module_zip "$PROMETHEUS_OPERATOR_MODULE" "$PROMETHEUS_OPERATOR_VERSION" "$PROMETHEUS_OPERATOR_MODSUM" ;;
+    prometheus-operator) prepare_prometheus_operator ;;
     *) echo "$dir" ;;
   esac
 }
@@ -498,6 +496,22 @@ prepare_module_zip() {
     log "build.sh: $module@$version has sum '$sum', pinned '$want_sum'"; return 1
   fi
   echo "$dir"
+}
+
+# A copy of the prometheus-operator module (the module cache is read-only) with its two nested modules where its go.mod's
+# replace directives look for them: upstream's tree at the tag, each part verified by the checksum database and its pin.
+prepare_prometheus_operator() {
+  local src dst="$WORK_DIR/prometheus-operator" sub nested path sum
+  src="$(prepare_module_zip "$PROMETHEUS_OPERATOR_MODULE" "$PROMETHEUS_OPERATOR_VERSION" "$PROMETHEUS_OPERATOR_MODSUM")"
+  rm -rf "$dst"; mkdir -p "$dst"
+  (cd "$src" && tar -cf - .) | (cd "$dst" && tar -xf -)
+  for sub in "pkg/apis/monitoring $PROMETHEUS_OPERATOR_APIS_MODSUM" "pkg/client $PROMETHEUS_OPERATOR_CLIENT_MODSUM"; do
+    read -r path sum <<<"$sub"
+    nested="$(prepare_module_zip "$PROMETHEUS_OPERATOR_MODULE/$path" "$PROMETHEUS_OPERATOR_VERSION" "$sum")"
+    mkdir -p "$dst/$path"; (cd "$nested" && tar -cf - .) | (cd "$dst/$path" && tar -xf -)
+  done
+  chmod -R u+w "$dst"
+  echo "$dst"
 }
 
 # A copy of the kind module (the module cache is read-only) with tools/kind-config-check added as
