@@ -109,8 +109,8 @@ PROMTOOL_VERSION=3.16.0     # VERSION file of github.com/prometheus/prometheus v
 PROMETHEUS_VERSION=$PROMTOOL_VERSION
 PROMETHEUS_MODULE_VERSION=v0.316.0
 # prometheus-operator (the operator and the config reloader it runs beside every Prometheus), built inside its own
-# module (module sum checked; not in the controllers' graph, GRAPH_TOOLS). Keep equal to trainyard.catalog's prometheus_operator release (a test checks
-# it). The commit is the tag's (the proxy's Origin.Hash).
+# module (module sum checked; not in the controllers' graph, GRAPH_TOOLS). Keep equal to trainyard.catalog's
+# prometheus_operator release (a test checks it). The commit is the tag's (the proxy's Origin.Hash).
 PROMETHEUS_OPERATOR_MODULE=github.com/prometheus-operator/prometheus-operator
 PROMETHEUS_OPERATOR_VERSION=v0.93.0
 PROMETHEUS_OPERATOR_MODSUM="h1:AohlYJT+En8TmNpAcEUJ3GsaJTAqfEBwHmGTVpRm/Io="
@@ -137,17 +137,18 @@ BARMAN_CLOUD_MODSUM="h1:gNVytrzzYUE08wxLDrjfJqy1FPPSFkMe1OEr4s4pVI0="
 BARMAN_CLOUD_CRD=config/crd/bases/barmancloud.cnpg.io_objectstores.yaml
 BARMAN_CLOUD_CRD_BLOB=bb7db1e6e36cf04b137560d85d2ccdb57851aa9d
 # The plugin itself (`barman-cloud`): cmd/manager of the module, one binary for the operator (`manager operator`),
-# the instance sidecar (`manager instance`) and restore (`manager restore`), built as containers/Dockerfile.plugin and
-# Dockerfile.sidecar build it (in the controllers' graph, GRAPH_TOOLS): `CGO_ENABLED=0 go build -a -o manager cmd/manager/main.go`, no -ldflags (its version is
-# in the source: internal/cnpgi/metadata/constants.go). v0.14.0, standing in for the v0.15.0 the catalog pins: the proxy
-# refuses two modules v0.15.0 requires (github.com/cloudnative-pg/barman-cloud@v0.6.0 and machinery@v0.6.0: "403 This
+# the instance sidecar (`manager instance`) and restore (`manager restore`), built (in the controllers' graph,
+# GRAPH_TOOLS) as containers/Dockerfile.plugin and Dockerfile.sidecar build it: `CGO_ENABLED=0 go build -a -o manager
+# cmd/manager/main.go`, no -ldflags (its version is in the source: internal/cnpgi/metadata/constants.go). v0.14.0,
+# standing in for the v0.15.0 the catalog pins: the proxy refuses two modules v0.15.0 requires (github.com/cloudnative-pg/barman-cloud@v0.6.0 and machinery@v0.6.0: "403 This
 # module version is not available") and serves every one of v0.14.0's; v0.14.0 is built against CloudNativePG v1.30.0
 # too, and its ObjectStore schema is v0.15.0's but one description (docs/tools.md). Not used by a tier yet (#22 item 6).
 BARMAN_CLOUD_BUILD_VERSION=v0.14.0
 BARMAN_CLOUD_BUILD_MODSUM="h1:kpTo7egntRIM15hvo0xtOj07wyjj23jcz/Co0KfzC7s="
 # CloudNativePG's operator (and instance manager: one binary, cmd/manager), built in the controllers' graph
-# (GRAPH_TOOLS; module sum checked here and by the graph's go.sum). Keep equal to trainyard.catalog's cnpg release (a test checks it). The module zip
-# has no git: the commit is the tag's (the proxy's Origin.Hash), as the upstream Makefile's COMMIT would give.
+# (GRAPH_TOOLS; module sum checked here and by the graph's go.sum). Keep equal to trainyard.catalog's cnpg release (a
+# test checks it). The module zip has no git: the commit is the tag's (the proxy's Origin.Hash), as the upstream
+# Makefile's COMMIT would give.
 CNPG_MODULE=github.com/cloudnative-pg/cloudnative-pg
 CNPG_VERSION=v1.30.0
 CNPG_MODSUM="h1:fnhVq44xXx97MNiuvJsPrX1vSjYbgdyBK5MSGfdHdp0="
@@ -185,7 +186,6 @@ tool_module() {
   esac
 }
 
-# tool_share TOOL -> module-relative directories the rehearsal reads (kustomize inputs)
 in_graph() { [[ " ${GRAPH_TOOLS[*]} " == *" $1 "* ]]; }
 
 # graph_check TOOL: the build graph (tools/controllers/go.mod) selects the tool's module at the version pinned here,
@@ -199,6 +199,7 @@ graph_check() {
     return 1; }
 }
 
+# tool_share TOOL -> module-relative directories the rehearsal reads (kustomize inputs)
 tool_share() {
   case "$1" in
     kueue) echo "config/components/crd config/components/webhook" ;;
@@ -246,8 +247,8 @@ tool_bins() {
     seaweedfs) echo "weed ./weed" ;;
     minio) echo "minio ." ;;   # main.go at the module root (upstream Makefile: go build -tags kqueue)
     promtool) echo "promtool github.com/prometheus/prometheus/cmd/promtool" ;;
-    # The graph's tools by import path (tools/controllers/go.mod has a `tool` directive for each).
     kueue) echo "kueue ./cmd/kueue" ;;
+    # The graph's tools by import path (tools/controllers/go.mod has a `tool` directive for each).
     jobset) echo "jobset-controller sigs.k8s.io/jobset" ;;   # main.go at the module root (upstream Makefile: build main.go)
     trainer) echo "trainer-controller-manager github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager" ;;
     kwok) echo "kwok sigs.k8s.io/kwok/cmd/kwok" ;;
