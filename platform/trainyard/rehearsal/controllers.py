@@ -266,8 +266,7 @@ class Controllers:
             wait_until(f"CRD {name} to be established", partial(self._established, name), 60)
 
     def _established(self, name: str) -> bool:
-        crd = self.kube.get("customresourcedefinition", name)
-        return any(c["type"] == "Established" and c["status"] == "True" for c in crd.get("status", {}).get("conditions", []))
+        return established(self.kube.get("customresourcedefinition", name))
 
     def up(self) -> None:
         if not host_controllers(self.config, self.settings):
@@ -375,3 +374,11 @@ class Controllers:
                                f"it cannot be written ({exc.strerror}); create it once: mkdir -p {target} && cp "
                                f"{self.settings.pki}/webhook.crt {target}/tls.crt && cp {self.settings.pki}/webhook.key "
                                f"{target}/tls.key") from None
+
+
+def established(crd: dict[str, Any]) -> bool:
+    """Whether the API server serves ``crd`` (its Established condition True). A CRD read right after its create may
+    have ``status.conditions: null`` (seen on the node tier's barman-cloud CRD, 2026-12-07: a TypeError instead of
+    another poll), or no status at all."""
+    return any(c.get("type") == "Established" and c.get("status") == "True"
+               for c in (crd.get("status") or {}).get("conditions") or [])
